@@ -1,0 +1,3 @@
+from neardup.cli import main
+
+raise SystemExit(main())
