@@ -1,5 +1,36 @@
-"""Pure fingerprinting core shared by the indexer and the proxy (no I/O, no asyncio)."""
+"""Pure fingerprinting core shared by the indexer and the proxy (no I/O, no asyncio).
 
+See :mod:`fingerprint.fingerprinter` for the pipeline, :mod:`fingerprint.canonical` for
+canonical text, :mod:`fingerprint.hashing` for the hash functions and their math,
+:mod:`fingerprint.model` for the stored field layout and :mod:`fingerprint.similarity` for
+the similarity measures.
+"""
+
+from fingerprint.fingerprinter import Fingerprinter
+from fingerprint.model import FIELD, Fingerprint, FingerprintFormatError, es_mapping
 from fingerprint.params import ALGORITHM_VERSION, FingerprintParams, scheme_version
+from fingerprint.similarity import (
+    estimated_containment,
+    estimated_resemblance,
+    exact_containment,
+    exact_resemblance,
+    group_labels,
+    similar_pairs,
+)
 
-__all__ = ["ALGORITHM_VERSION", "FingerprintParams", "scheme_version"]
+__all__ = [
+    "ALGORITHM_VERSION",
+    "FIELD",
+    "Fingerprint",
+    "FingerprintFormatError",
+    "FingerprintParams",
+    "Fingerprinter",
+    "es_mapping",
+    "estimated_containment",
+    "estimated_resemblance",
+    "exact_containment",
+    "exact_resemblance",
+    "group_labels",
+    "scheme_version",
+    "similar_pairs",
+]

@@ -1,7 +1,141 @@
-"""Subcommands of this module (filled in by its issue)."""
+"""``neardup compare``: exact and estimated similarity of every pair of text files.
+
+For each pair it prints resemblance (Jaccard of the shingle sets) and containment (share
+of one file's shingles found in the other), computed exactly on the shingle sets and
+estimated from the fingerprints, the way the proxy will see them. This is how a user
+picks a collapse threshold.
+
+``--raw`` skips canonicalisation beyond case-folding and tokenising, and compares the
+unhashed shingle strings (estimates still come from fingerprints of the raw tokens).
+"""
+
+from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from fingerprint import (Fingerprinter, FingerprintParams, estimated_containment, estimated_resemblance,
+                         exact_containment, exact_resemblance)
+from fingerprint.canonical import tokenise
+
+
+class InputError(Exception):
+    """A file cannot be compared (unreadable, not text)."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add this module's subcommands to the ``neardup`` parser."""
+    """Add ``neardup compare`` to the ``neardup`` parser."""
+    parser = subparsers.add_parser(
+        "compare", help="exact and estimated similarity of every pair of text files",
+        description="Print resemblance and containment of every pair of FILEs, exact (on the shingle "
+        "sets) and estimated (from fingerprints). containment[i][j] is the share of file i's shingles "
+        "found in file j. Uses the [fingerprint] settings of the configuration.")
+    parser.add_argument("files", nargs="+", metavar="FILE", help="UTF-8 text or HTML files (at least two)")
+    parser.add_argument("--shingle", type=int, metavar="N", help="words per shingle (default: fingerprint.shingle_size)")
+    parser.add_argument("--raw", action="store_true",
+                        help="no canonicalisation beyond tokenising and case-folding; compare unhashed shingles")
+    parser.add_argument("--no-lemmas", action="store_true", help="do not lemmatise / stem words")
+    parser.add_argument("--language", choices=["auto", "ru", "en", "none"],
+                        help="language of the files (default: fingerprint.language)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object with the four matrices")
+    parser.set_defaults(handler=run)
+
+
+def read_text(path: str) -> str:
+    """The file's text; :class:`InputError` if unreadable, binary (NUL bytes) or not UTF-8."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if b"\x00" in data:
+        raise InputError(f"{path}: not a text file (contains NUL bytes)")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (invalid byte at offset {exc.start})") from None
+
+
+def similarity_matrices(texts: list[str], params: FingerprintParams, raw: bool = False) -> dict[str, list[list[float]]]:
+    """The four N×N matrices of the ``--json`` output (without ``files``)."""
+    fp = Fingerprinter(params)
+    if raw:
+        token_lists = [tokenise(text.casefold()) for text in texts]
+        size = params.shingle_size
+        exact_sets = [_raw_shingles(tokens, size) for tokens in token_lists]
+        fingerprints = [fp.fingerprint_tokens(tokens) for tokens in token_lists]
+    else:
+        token_lists = [fp.canonical_tokens(text) for text in texts]
+        exact_sets = [fp.shingles(tokens) for tokens in token_lists]
+        fingerprints = [fp.fingerprint_tokens(tokens) for tokens in token_lists]
+
+    def matrix(measure: Any, items: list[Any]) -> list[list[float]]:
+        return [[round(float(measure(a, b)), 6) for b in items] for a in items]
+
+    return {
+        "resemblance": matrix(_set_resemblance if raw else exact_resemblance, exact_sets),
+        "containment": matrix(_set_containment if raw else exact_containment, exact_sets),
+        "estimated_resemblance": matrix(estimated_resemblance, fingerprints),
+        "estimated_containment": matrix(estimated_containment, fingerprints),
+    }
+
+
+def _raw_shingles(tokens: list[str], size: int) -> set[tuple[str, ...]]:
+    """Unhashed shingles; a text shorter than ``size`` tokens is one shingle of all of them."""
+    if len(tokens) < size:
+        return {tuple(tokens)} if tokens else set()
+    return {tuple(tokens[i:i + size]) for i in range(len(tokens) - size + 1)}
+
+
+def _set_resemblance(a: set[Any], b: set[Any]) -> float:
+    union = len(a | b)
+    return len(a & b) / union if union else 0.0
+
+
+def _set_containment(a: set[Any], b: set[Any]) -> float:
+    return len(a & b) / len(a) if a else 0.0
+
+
+def run(args: argparse.Namespace, config: Any) -> int:
+    """Handler of ``neardup compare``; exit status 0, or 2 for bad input."""
+    if len(args.files) < 2:
+        print("neardup compare: give at least two files", file=sys.stderr)
+        return 2
+    changes: dict[str, Any] = {}
+    if args.shingle is not None:
+        changes["shingle_size"] = args.shingle
+    if args.no_lemmas:
+        changes["lemmatize"] = False
+    if args.language:
+        changes["language"] = args.language
+    try:
+        params = dataclasses.replace(config.fingerprint, **changes)
+        texts = [read_text(path) for path in args.files]
+    except (ValueError, InputError) as exc:
+        option = "--shingle: " if isinstance(exc, ValueError) else ""
+        print(f"neardup compare: {option}{exc}", file=sys.stderr)
+        return 2
+    result = similarity_matrices(texts, params, raw=args.raw)
+    if args.json:
+        print(json.dumps({"files": list(args.files), **result}, ensure_ascii=False))
+    else:
+        print(_table(list(args.files), result))
+    return 0
+
+
+def _table(files: list[str], result: dict[str, list[list[float]]]) -> str:
+    """One line per pair: resemblance, and containment both ways, each exact (estimated)."""
+    width = max(len(f) for f in files)
+    lines = [f"{'file A':<{width}}  {'file B':<{width}}  {'resemblance':>17}  {'A in B':>17}  {'B in A':>17}",
+             f"{'':<{width}}  {'':<{width}}  {'exact (estimate)':>17}  {'exact (estimate)':>17}  {'exact (estimate)':>17}"]
+    res, con = result["resemblance"], result["containment"]
+    est_res, est_con = result["estimated_resemblance"], result["estimated_containment"]
+    for i in range(len(files)):
+        for j in range(i + 1, len(files)):
+            cells = [f"{exact:.3f} ({estimate:.3f})" for exact, estimate in
+                     ((res[i][j], est_res[i][j]), (con[i][j], est_con[i][j]), (con[j][i], est_con[j][i]))]
+            lines.append(f"{files[i]:<{width}}  {files[j]:<{width}}  " + "  ".join(f"{c:>17}" for c in cells))
+    return "\n".join(lines)

@@ -4,7 +4,10 @@ Loaded from a TOML file (``config/neardup.toml`` in a checkout, or the file name
 ``--config`` / ``NEARDUP_CONFIG``), then overridden key by key from the environment:
 ``NEARDUP_<SECTION>__<KEY>`` (double underscore between levels), for example
 ``NEARDUP_COLLAPSE__THRESHOLD=0.85`` or ``NEARDUP_UPSTREAM__URLS=http://a:9200,http://b:9200``.
-Lists take a comma-separated string or JSON; tables take JSON.
+Lists take a comma-separated string or JSON; tables take a JSON object
+(``NEARDUP_COLLAPSE__INDICES='{"news-*": {"threshold": 0.7}}'``, or one index at a time:
+``NEARDUP_COLLAPSE__INDICES__NEWS='{"mode": "containment"}'``). Other values are taken as
+written (a password may contain commas). A variable replaces exactly the key it names.
 
 Every value is validated; a bad one raises :class:`ConfigError` whose message names the key,
 the value and what is allowed. Unknown keys are errors too: a typo must not be ignored.
@@ -12,11 +15,12 @@ the value and what is allowed. Unknown keys are errors too: a typo must not be i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping
+from typing import Annotated, Any, Literal, Mapping, Sequence, get_args, get_origin, get_type_hints
 
 from pydantic import (
     AnyHttpUrl,
@@ -124,66 +128,121 @@ class Config(_Section):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
 
-def _describe(error: Mapping[str, Any]) -> str:
-    key = ".".join(str(part) for part in error["loc"])
-    message = str(error["msg"]).removeprefix("Value error, ")
-    if error["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
-        return f"{key}: unknown key"
-    if error["type"] == "value_error" and isinstance(error.get("input"), Mapping):
-        # A whole-section check (e.g. FingerprintParams.__post_init__) names its own key.
-        return f"{key}.{message}"
-    return f"{key} = {error.get('input')!r}: {message}"
+def _strip_annotated(annotation: Any) -> Any:
+    while get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    return annotation
 
 
-def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    """Turn ``NEARDUP_SECTION__KEY=value`` variables into a nested dict.
+def _fields_of(annotation: Any) -> dict[str, Any] | None:
+    """The keys of a section (a pydantic model or a dataclass) and their types, else None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return {name: field.annotation for name, field in annotation.model_fields.items()}
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+        return get_type_hints(annotation)
+    return None
 
-    Variables without a double underscore (``NEARDUP_CONFIG``, ``NEARDUP_TEST_ES_URL``)
-    are not configuration keys and are left alone.
+
+def _annotation_at(path: Sequence[str]) -> Any | None:
+    """The declared type of the key at ``path`` (``("collapse", "indices", "news", "mode")``),
+    or None when there is no such key. A ``dict[str, X]`` level takes any name."""
+    annotation: Any = Config
+    for part in path:
+        annotation = _strip_annotated(annotation)
+        if get_origin(annotation) is dict:
+            annotation = get_args(annotation)[1]
+            continue
+        fields = _fields_of(annotation)
+        if fields is None or part not in fields:
+            return None
+        annotation = fields[part]
+    return _strip_annotated(annotation)
+
+
+def _kind(annotation: Any) -> Literal["list", "table", "scalar"]:
+    if get_origin(annotation) is list:
+        return "list"
+    if get_origin(annotation) is dict or _fields_of(annotation) is not None:
+        return "table"
+    return "scalar"
+
+
+def _parse_env_value(name: str, raw: str, annotation: Any) -> Any:
+    """The value of one variable, read according to the type of the key it sets.
+
+    Lists: JSON (``["a", "b"]``) or comma-separated (``a,b``; one item without a comma).
+    Tables: a JSON object. Everything else stays a string for the model to convert, so a
+    password may contain commas or brackets.
     """
-    tree: dict[str, Any] = {}
+    kind = _kind(annotation)
+    text = raw.strip()
+    if kind == "scalar":
+        return raw
+    if kind == "list" and not text.startswith("["):
+        return [item.strip() for item in text.split(",") if item.strip()]
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        example = '["a", "b"] or a,b' if kind == "list" else '{"key": value}'
+        raise ConfigError(f"{name} = {raw!r}: not valid JSON ({exc.msg} at character {exc.pos}); "
+                          f"expected {example}") from None
+    expected = list if kind == "list" else dict
+    if not isinstance(value, expected):
+        raise ConfigError(f"{name} = {raw!r}: expected a JSON {'array' if kind == 'list' else 'object'}")
+    return value
+
+
+def _env_overrides(environ: Mapping[str, str]) -> list[tuple[tuple[str, ...], str, Any]]:
+    """``NEARDUP_SECTION__KEY=value`` variables as (key path, variable name, parsed value).
+
+    Variables without a double underscore (``NEARDUP_CONFIG``, ``NEARDUP_TEST_ES_URL``,
+    ``NEARDUP_ES_PORT``) are not configuration keys and are left alone. Shorter paths come
+    first, so ``NEARDUP_COLLAPSE__INDICES__NEWS`` refines ``NEARDUP_COLLAPSE__INDICES``.
+    """
+    overrides = []
     for name, raw in environ.items():
         if not name.startswith(ENV_PREFIX) or "__" not in name:
             continue
-        path = [p.lower() for p in name[len(ENV_PREFIX):].split("__")]
-        node = tree
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"{name}: conflicts with another variable")
-        node[path[-1]] = _parse_env_value(raw)
-    return tree
+        path = tuple(part.lower() for part in name[len(ENV_PREFIX):].split("__"))
+        if not all(path):
+            raise ConfigError(f"{name}: not a configuration variable; the form is "
+                              "NEARDUP_<SECTION>__<KEY>, e.g. NEARDUP_COLLAPSE__THRESHOLD")
+        overrides.append((path, name, _parse_env_value(name, raw, _annotation_at(path))))
+    return sorted(overrides, key=lambda item: (len(item[0]), item[0]))
 
 
-def _parse_env_value(raw: str) -> Any:
-    text = raw.strip()
-    if text[:1] in "[{":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError:
-            return raw
-    if "," in text:
-        return [item.strip() for item in text.split(",") if item.strip()]
-    return raw
+def _apply(data: dict[str, Any], path: tuple[str, ...], name: str, value: Any) -> None:
+    """Set the key at ``path`` to ``value``, creating the tables on the way."""
+    node = data
+    for depth, part in enumerate(path[:-1]):
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            key = ".".join(path[:depth + 1])
+            raise ConfigError(f"{name}: {key} is not a table, so it has no key {path[depth + 1]!r}")
+    node[path[-1]] = value
 
 
-def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), dict) and key != "indices":
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
+def _env_source(loc: tuple[str, ...], env_paths: Mapping[tuple[str, ...], str]) -> str:
+    """`` (from NEARDUP_...)`` when the erroneous key was set by a variable."""
+    for path, name in env_paths.items():
+        if loc[:len(path)] == path or path[:len(loc)] == loc:
+            return f" (from {name})"
+    return ""
 
 
-def _wrap_single_lists(tree: dict[str, Any]) -> dict[str, Any]:
-    """``NEARDUP_UPSTREAM__URLS=http://x:9200`` (no comma) still means a one-item list."""
-    for section, key in (("upstream", "urls"), ("indexer", "fields")):
-        value = tree.get(section, {}).get(key)
-        if isinstance(value, str):
-            tree[section][key] = [value]
-    return tree
+def _describe(error: Mapping[str, Any], env_paths: Mapping[tuple[str, ...], str]) -> str:
+    loc = tuple(str(part) for part in error["loc"])
+    key = ".".join(loc)
+    source = _env_source(loc, env_paths)
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
+        fields = _fields_of(_annotation_at(loc[:-1]))
+        allowed = f"; allowed: {', '.join(fields)}" if fields else ""
+        return f"{key}{source}: unknown key{allowed}"
+    if error["type"] == "value_error" and isinstance(error.get("input"), Mapping):
+        # A whole-section check (e.g. FingerprintParams.__post_init__) names its own key.
+        return f"{key}.{message}{source}"
+    return f"{key} = {error.get('input')!r}{source}: {message}"
 
 
 def default_config_path() -> Path | None:
@@ -200,21 +259,26 @@ def load_config(path: str | os.PathLike[str] | None = None,
                 environ: Mapping[str, str] | None = None) -> Config:
     """Load, override from the environment, validate. Raises :class:`ConfigError`."""
     environ = os.environ if environ is None else environ
+    named_by = "--config" if path else ENV_CONFIG_FILE if environ.get(ENV_CONFIG_FILE) else ""
     chosen = path or environ.get(ENV_CONFIG_FILE) or default_config_path()
     data: dict[str, Any] = {}
     if chosen is not None:
         file = Path(chosen)
         try:
             data = tomllib.loads(file.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"configuration file not found: {file}") from None
+        except (FileNotFoundError, IsADirectoryError):
+            raise ConfigError(f"configuration file not found: {file}"
+                              + (f" (named by {named_by})" if named_by else "")) from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{file}: not valid TOML: {exc}") from None
-    data = _wrap_single_lists(_merge(data, _env_overrides(environ)))
+    env_paths = {}
+    for key_path, name, value in _env_overrides(environ):
+        _apply(data, key_path, name, value)
+        env_paths[key_path] = name
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        lines = [_describe(e) for e in exc.errors(include_url=False)]
+        lines = [_describe(e, env_paths) for e in exc.errors(include_url=False)]
         source = f" (from {chosen} and NEARDUP_* variables)" if chosen else ""
         raise ConfigError("invalid configuration" + source + ":\n  " + "\n  ".join(lines)) from None
 

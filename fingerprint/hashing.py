@@ -1,0 +1,188 @@
+"""64-bit hashing: tokens, shingles, the MinHash permutation family, supershingles.
+
+All arithmetic is on unsigned 64-bit integers and wraps modulo 2^64 (NumPy ``uint64``
+arrays wrap silently; Python ints are masked with :data:`MASK64`), so results are the same
+on every platform.
+
+**Token hash.** ``t(w) = mmh3.hash64(utf8(w), seed)[0]``: MurmurHash3 x64-128, low 64 bits,
+seeded with ``params.seed``. Computed once per distinct canonical word (cached upstream).
+
+**Shingle hash.** A shingle of tokens ``w_1 … w_m`` (``m = n``, or fewer for a document shorter
+than ``n`` tokens) hashes to::
+
+    h_0 = fmix64(seed ⊕ (m · φ))        φ = 0x9E3779B97F4A7C15 (golden ratio)
+    h_i = fmix64(h_{i-1} ⊕ t(w_i))       i = 1 … m
+    shingle = h_m
+
+where ``fmix64`` is the MurmurHash3 64-bit finaliser (the last step of mmh3 itself), a
+bijection of 2^64 with full avalanche. Chaining a bijection after each xor makes the hash
+order-sensitive ("a b" ≠ "b a"), and the length in ``h_0`` separates a short document's
+single shingle from ordinary n-shingles. Two different token sequences collide with
+probability ≈ 2^-64 under the usual random-hash assumption. The chain is vectorised over
+all windows of a document at once: ``m`` NumPy passes instead of one mmh3 call per shingle.
+
+**Permutations.** MinHash needs K random permutations π_k of the shingle-hash space; we use
+the affine bijections of Z/2^64::
+
+    π_k(x) = a_k · x + b_k  (mod 2^64),   a_k odd
+
+Each π_k is a bijection (an odd number is invertible mod 2^64), so for shingle hashes that
+behave as independent uniform 64-bit values, ``min_{x∈A} π_k(x)`` picks each element of A
+with equal probability: ``P[min π_k(A) = min π_k(B)] = |A∩B| / |A∪B| = J(A, B)`` (up to the
+≈2^-64 chance of a hash collision). The (a_k, b_k) are drawn from SplitMix64 seeded with
+``params.seed`` (a fixed, published generator implemented here in pure Python, so the
+permutations can never change with a NumPy release). Slots are independent in practice:
+the values of two slots are related by a random affine map, which scrambles all 64 bits;
+the tests check that the observed slot, supershingle and megashingle match rates follow the
+independent-slot formulas.
+
+**Supershingle.** Group g (0-based) of R consecutive minhashes ``s_{gR} … s_{gR+R-1}``::
+
+    super_g = mmh3.hash64(le64(s_{gR}) ‖ … ‖ le64(s_{gR+R-1}), seed = SUPER_SEED + g)[0]
+
+(seedless with respect to ``params.seed``, so a stored fingerprint can be checked for internal
+consistency without knowing its parameters; the group index in the seed keeps equal values in
+different groups apart.) **Megashingle** for supershingles i < j, in the order
+(0,1), (0,2), …, (0,G-1), (1,2), …, (G-2,G-1)::
+
+    mega_ij = mmh3.hash64(le64(super_i) ‖ le64(super_j), seed = MEGA_SEED)[0]
+"""
+
+from __future__ import annotations
+
+import itertools
+from functools import lru_cache
+
+import mmh3
+import numpy as np
+
+MASK64 = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15
+FMIX_C1 = 0xFF51AFD7ED558CCD
+FMIX_C2 = 0xC4CEB9FE1A85EC53
+SUPER_SEED = 0x5C0FFEE0
+MEGA_SEED = 0x3E6A5EED
+#: Used where a token was dropped, before filtering; a real token hash equal to it is
+#: moved to ``DROPPED + 1`` (so the sentinel never needs to be disambiguated).
+DROPPED = -(1 << 63)
+
+_C1 = np.uint64(FMIX_C1)
+_C2 = np.uint64(FMIX_C2)
+U64_MAX = np.uint64(MASK64)
+
+
+def fmix64_int(x: int) -> int:
+    """MurmurHash3's 64-bit finaliser on a Python int (reference for :func:`fmix64`)."""
+    x &= MASK64
+    x ^= x >> 33
+    x = (x * FMIX_C1) & MASK64
+    x ^= x >> 33
+    x = (x * FMIX_C2) & MASK64
+    x ^= x >> 33
+    return x
+
+
+def fmix64(x: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 64-bit finaliser, in place on a ``uint64`` array; returns it."""
+    x ^= x >> np.uint64(33)
+    x *= _C1
+    x ^= x >> np.uint64(33)
+    x *= _C2
+    x ^= x >> np.uint64(33)
+    return x
+
+
+def splitmix64(seed: int, count: int) -> list[int]:
+    """``count`` outputs of SplitMix64 (Steele, Lea, Flood 2014) started from ``seed``."""
+    out = []
+    state = seed & MASK64
+    for _ in range(count):
+        state = (state + GOLDEN) & MASK64
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+        out.append(z ^ (z >> 31))
+    return out
+
+
+@lru_cache(maxsize=64)
+def permutations(seed: int, num_perm: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (a, b) arrays of the K affine permutations for ``seed`` (a odd). Read-only."""
+    stream = splitmix64(seed ^ 0x6A09E667F3BCC909, 2 * num_perm)
+    a = np.array([v | 1 for v in stream[0::2]], dtype=np.uint64)
+    b = np.array(stream[1::2], dtype=np.uint64)
+    a.setflags(write=False)
+    b.setflags(write=False)
+    return a, b
+
+
+def token_hash(token: str, seed: int) -> int:
+    """Signed 64-bit mmh3 hash of a canonical token (never equal to :data:`DROPPED`)."""
+    value = mmh3.hash64(token.encode("utf-8", "surrogatepass"), seed)[0]
+    return DROPPED + 1 if value == DROPPED else value
+
+
+def shingle_hashes(token_hashes: np.ndarray, size: int, seed: int) -> np.ndarray:
+    """Hashes of all windows of ``size`` consecutive tokens (not deduplicated, in order).
+
+    ``token_hashes``: ``uint64`` array of the document's token hashes. Fewer than ``size``
+    tokens but at least one: one shingle of all of them. None: an empty array.
+    """
+    count = len(token_hashes)
+    if count == 0:
+        return np.empty(0, dtype=np.uint64)
+    width = min(size, count)
+    windows = count - width + 1
+    h = np.full(windows, fmix64_int(seed ^ ((width * GOLDEN) & MASK64)), dtype=np.uint64)
+    for i in range(width):
+        h ^= token_hashes[i:i + windows]
+        fmix64(h)
+    return h
+
+
+#: Shingles processed per MinHash block: (block × K) uint64 stays in L2 cache.
+BLOCK = 1024
+
+
+def minhash(shingles: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``sig[k] = min_x (a_k x + b_k) mod 2^64`` over the shingle hashes (all-max if none).
+
+    Vectorised over a (block × K) matrix per block of :data:`BLOCK` shingles, so memory
+    stays bounded for any number of shingles.
+    """
+    num_perm = len(a)
+    sig = np.full(num_perm, U64_MAX, dtype=np.uint64)
+    if len(shingles) == 0:
+        return sig
+    buffer = np.empty((min(BLOCK, len(shingles)), num_perm), dtype=np.uint64)
+    for start in range(0, len(shingles), BLOCK):
+        block = shingles[start:start + BLOCK]
+        work = buffer[:len(block)]
+        np.multiply(block[:, None], a[None, :], out=work)
+        work += b
+        np.minimum(sig, work.min(axis=0), out=sig)
+    return sig
+
+
+def supershingles(signature: np.ndarray, groups: int) -> np.ndarray:
+    """One mmh3 hash per group of ``len(signature) // groups`` consecutive minhashes."""
+    rows = len(signature) // groups
+    raw = signature.astype("<u8", copy=False).tobytes()
+    step = rows * 8
+    return np.array(
+        [mmh3.mmh3_x64_128_utupledigest(raw[g * step:(g + 1) * step], SUPER_SEED + g)[0] for g in range(groups)],
+        dtype=np.uint64)
+
+
+@lru_cache(maxsize=16)
+def mega_pairs(groups: int) -> tuple[tuple[int, int], ...]:
+    """The (i, j), i < j, supershingle index pairs in megashingle order."""
+    return tuple(itertools.combinations(range(groups), 2))
+
+
+def megashingles(supers: np.ndarray) -> np.ndarray:
+    """One mmh3 hash per pair of supershingles, in :func:`mega_pairs` order."""
+    raw = [int(v).to_bytes(8, "little") for v in supers]
+    return np.array(
+        [mmh3.mmh3_x64_128_utupledigest(raw[i] + raw[j], MEGA_SEED)[0] for i, j in mega_pairs(len(supers))],
+        dtype=np.uint64)

@@ -1,0 +1,189 @@
+"""The :class:`Fingerprint` value and its Elasticsearch field layout.
+
+A fingerprint is stored in each document under :data:`FIELD` as::
+
+    {"v": "1-3fa9c2d10b",        # scheme version: fingerprints of another version are not comparable
+     "sig": "<base64>",          # the K minhashes, little-endian uint64, standard base64 (8K bytes)
+     "n": 123,                   # distinct shingles in the document (0 = no words at all)
+     "super": ["<16 hex>", ...], # G supershingles, lowercase hex of the uint64 value
+     "mega": ["<16 hex>", ...]}  # G(G-1)/2 megashingles, same format
+
+The *empty* fingerprint (a document without a single word token) has ``n = 0``, a
+signature of all ``2^64 - 1`` and **no** supershingles or megashingles (empty lists), so it
+shares no term with anything and every similarity with it is 0.
+
+``sig`` is stored as ``binary`` (not indexed, no doc values: it is only read back in
+``_source``); ``super`` and ``mega`` as ``keyword`` arrays, so candidate near-duplicates can be
+found with a ``terms`` query; ``v`` as ``keyword`` to find stale documents.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from fingerprint.hashing import U64_MAX, megashingles, supershingles
+
+FIELD = "neardup"
+
+_VERSION = re.compile(r"^[0-9]+-[0-9a-f]{10}$")
+_HEX16 = re.compile(r"^[0-9a-f]{16}$")
+_KEYS = ("v", "sig", "n", "super", "mega")
+#: ES ``integer`` upper bound.
+MAX_COUNT = 2**31 - 1
+
+
+class FingerprintFormatError(ValueError):
+    """A stored fingerprint (``doc["neardup"]``) is malformed or inconsistent."""
+
+
+def es_mapping() -> dict[str, Any]:
+    """Mapping fragment for the fingerprint fields (merge into an index's ``mappings``)."""
+    return {
+        "properties": {
+            FIELD: {
+                "properties": {
+                    "v": {"type": "keyword"},
+                    "sig": {"type": "binary", "index": False, "doc_values": False},
+                    "n": {"type": "integer"},
+                    "super": {"type": "keyword"},
+                    "mega": {"type": "keyword"},
+                }
+            }
+        }
+    }
+
+
+def _hex(values: np.ndarray) -> list[str]:
+    return [f"{int(v):016x}" for v in values]
+
+
+@dataclass(frozen=True, eq=False)
+class Fingerprint:
+    """One document's fingerprint. Arrays are read-only ``uint64``.
+
+    ``signature`` (K,), ``supershingles`` (G,) and ``megashingles`` (G(G-1)/2,); for the empty
+    fingerprint (``shingle_count == 0``) the last two are empty.
+    """
+
+    version: str
+    signature: np.ndarray
+    supershingles: np.ndarray
+    megashingles: np.ndarray
+    shingle_count: int
+
+    @property
+    def is_empty(self) -> bool:
+        return self.shingle_count == 0
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Fingerprint):
+            return NotImplemented
+        return (self.version == other.version and self.shingle_count == other.shingle_count
+                and np.array_equal(self.signature, other.signature)
+                and np.array_equal(self.supershingles, other.supershingles)
+                and np.array_equal(self.megashingles, other.megashingles))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (f"Fingerprint(version={self.version!r}, shingle_count={self.shingle_count}, "
+                f"num_perm={len(self.signature)}, groups={len(self.supershingles)})")
+
+    def to_source(self) -> dict[str, Any]:
+        """The JSON value stored at ``doc["neardup"]`` (see the module docstring)."""
+        return {
+            "v": self.version,
+            "sig": base64.b64encode(self.signature.astype("<u8", copy=False).tobytes()).decode("ascii"),
+            "n": int(self.shingle_count),
+            "super": _hex(self.supershingles),
+            "mega": _hex(self.megashingles),
+        }
+
+    @classmethod
+    def from_source(cls, obj: Any, *, groups: int | None = None, num_perm: int | None = None) -> Fingerprint:
+        """Parse and validate a stored fingerprint; :class:`FingerprintFormatError` if malformed.
+
+        Checks the types, the version format, base64, the signature length (a positive
+        multiple of 8 bytes), hex formats, that there are G supershingles with K divisible
+        by G and G(G-1)/2 megashingles, that they are the hashes of the signature (so a
+        corrupted or hand-edited value is caught), and the empty-fingerprint convention.
+        ``groups`` / ``num_perm``, if given, must match too. Whether the version is the
+        current scheme is the caller's business (compare ``f.version`` with
+        ``Fingerprinter.version``).
+        """
+        def fail(message: str) -> FingerprintFormatError:
+            return FingerprintFormatError(f"invalid {FIELD} fingerprint: {message}")
+
+        if not isinstance(obj, Mapping):
+            raise fail(f"expected an object, got {type(obj).__name__}")
+        missing = [k for k in _KEYS if k not in obj]
+        if missing:
+            raise fail(f"missing field(s) {', '.join(missing)}")
+        extra = sorted(str(k) for k in obj if k not in _KEYS)
+        if extra:
+            raise fail(f"unknown field(s) {', '.join(extra)}")
+        version, sig_text, count, supers, megas = (obj[k] for k in _KEYS)
+
+        if not isinstance(version, str) or not _VERSION.match(version):
+            raise fail(f"v = {version!r}: must be a scheme version like '1-3fa9c2d10b'")
+        if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= MAX_COUNT:
+            raise fail(f"n = {count!r}: must be a whole number from 0 to {MAX_COUNT}")
+        if not isinstance(sig_text, str):
+            raise fail(f"sig: must be a base64 string, got {type(sig_text).__name__}")
+        try:
+            raw = base64.b64decode(sig_text.encode("ascii"), validate=True)
+        except (binascii.Error, UnicodeEncodeError, ValueError):
+            raise fail("sig: not valid base64") from None
+        if not raw or len(raw) % 8:
+            raise fail(f"sig: {len(raw)} bytes, must be a positive multiple of 8")
+        signature = np.frombuffer(raw, dtype="<u8").astype(np.uint64)
+        k = len(signature)
+        if num_perm is not None and k != num_perm:
+            raise fail(f"sig: {k} minhashes, the scheme has {num_perm}")
+
+        parsed = []
+        for key, values in (("super", supers), ("mega", megas)):
+            if not isinstance(values, list):
+                raise fail(f"{key}: must be a list of 16-digit lowercase hex strings")
+            for value in values:
+                if not isinstance(value, str) or not _HEX16.match(value):
+                    raise fail(f"{key}: {value!r} is not a 16-digit lowercase hex string")
+            parsed.append(np.array([int(v, 16) for v in values], dtype=np.uint64))
+        super_values, mega_values = parsed
+
+        if count == 0:
+            if super_values.size or mega_values.size or not np.all(signature == U64_MAX):
+                raise fail("n = 0 (empty document) needs an all-ones sig and empty super and mega")
+        else:
+            g = len(super_values)
+            if g == 0 or k % g:
+                raise fail(f"super: {g} supershingles do not divide {k} minhashes")
+            if groups is not None and g != groups:
+                raise fail(f"super: {g} supershingles, the scheme has {groups}")
+            if len(mega_values) != g * (g - 1) // 2:
+                raise fail(f"mega: {len(mega_values)} megashingles, {g} supershingles need {g * (g - 1) // 2}")
+            if not np.array_equal(supershingles(signature, g), super_values):
+                raise fail("super: does not match sig")
+            if not np.array_equal(megashingles(super_values), mega_values):
+                raise fail("mega: does not match super")
+        return make_fingerprint(version, signature, super_values, mega_values, count)
+
+
+def make_fingerprint(version: str, signature: np.ndarray, supers: np.ndarray, megas: np.ndarray,
+                     count: int) -> Fingerprint:
+    """A :class:`Fingerprint` with read-only arrays."""
+    for array in (signature, supers, megas):
+        array.setflags(write=False)
+    return Fingerprint(version, signature, supers, megas, int(count))
+
+
+def empty_fingerprint(version: str, num_perm: int) -> Fingerprint:
+    """The fingerprint of a document without words (see the module docstring)."""
+    return make_fingerprint(version, np.full(num_perm, U64_MAX, dtype=np.uint64),
+                            np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.uint64), 0)

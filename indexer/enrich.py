@@ -1,0 +1,113 @@
+"""Adding fingerprints to documents before they are indexed (for pipelines and programs).
+
+For programs that index with the official client::
+
+    from fingerprint import Fingerprinter, FingerprintParams
+    from indexer.enrich import add_fingerprint, enrich_documents
+
+    fp = Fingerprinter(FingerprintParams())
+    doc = add_fingerprint({"title": "...", "body": "..."}, ["title", "body"], fp)
+    helpers.bulk(es, ({"_index": "news", "_source": d} for d in enrich_documents(docs, ["title", "body"], fp)))
+
+A document whose fields hold no text (see :mod:`indexer.texts`) is returned unchanged.
+Otherwise the five fingerprint keys are written into its ``neardup`` object; other keys
+of an existing ``neardup`` object are kept (the same merge a partial update does).
+
+:func:`enrich_line` is the byte-preserving form used by ``neardup enrich`` and ``neardup
+load``: when the line has no ``neardup`` key yet, the fingerprint is spliced in before the
+closing brace, so every other byte of the line (number spellings, escapes, key order) is
+exactly as it came in.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from fingerprint import FIELD, Fingerprint, Fingerprinter
+from indexer.texts import Outcome, document_texts
+
+
+def compute_fingerprint(source: Mapping[str, Any], fields: Sequence[str],
+                        fingerprinter: Fingerprinter) -> tuple[Outcome, Fingerprint | None]:
+    """The outcome for ``source`` and, when it holds text, its fingerprint."""
+    texts = document_texts(source, fields)
+    if texts.outcome != "ok":
+        return texts.outcome, None
+    return "ok", fingerprinter.fingerprint_fields(texts.texts)
+
+
+def merged_neardup(existing: Any, fingerprint: Fingerprint) -> dict[str, Any]:
+    """The new ``neardup`` object: existing extra keys kept, the fingerprint keys replaced."""
+    base = dict(existing) if isinstance(existing, Mapping) else {}
+    base.update(fingerprint.to_source())
+    return base
+
+
+def add_fingerprint(doc: Mapping[str, Any], fields: Sequence[str], fingerprinter: Fingerprinter) -> dict[str, Any]:
+    """A copy of ``doc`` with its fingerprint under ``neardup`` (unchanged copy if it has no text)."""
+    _, fingerprint = compute_fingerprint(doc, fields, fingerprinter)
+    result = dict(doc)
+    if fingerprint is not None:
+        result[FIELD] = merged_neardup(doc.get(FIELD), fingerprint)
+    return result
+
+
+def enrich_documents(docs: Iterable[Mapping[str, Any]], fields: Sequence[str],
+                     fingerprinter: Fingerprinter) -> Iterator[dict[str, Any]]:
+    """:func:`add_fingerprint` over a stream of documents (lazy: one document in memory at a time)."""
+    for doc in docs:
+        yield add_fingerprint(doc, fields, fingerprinter)
+
+
+# --- JSON lines ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EnrichedLine:
+    """One input line after enrichment.
+
+    ``outcome`` is ``"ok"``, a no-text outcome (``no_field``, ``non_string``, ``empty``), or
+    ``"bad"`` (``error`` says why; ``text`` is the line as it came in).
+    """
+
+    outcome: str
+    text: str
+    doc: dict[str, Any] | None = None
+    fingerprint: Fingerprint | None = None
+    error: str = ""
+
+
+def compact_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def splice_field(line: str, doc: Mapping[str, Any], name: str, value: Any) -> str:
+    """``line`` (the JSON text of ``doc``) with ``"name": value`` added before its closing brace.
+
+    Only valid when ``name`` is not a key of ``doc``; every other byte stays as it was.
+    """
+    body = line.rstrip()
+    assert body.endswith("}"), "a JSON object ends with }"
+    separator = "," if doc else ""
+    return f"{body[:-1].rstrip()}{separator}{compact_json(name)}:{compact_json(value)}}}"
+
+
+def enrich_line(line: str, fields: Sequence[str], fingerprinter: Fingerprinter) -> EnrichedLine:
+    """Parse one JSON line and add its fingerprint; never raises on bad input."""
+    text = line.rstrip("\r\n")
+    try:
+        doc = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        return EnrichedLine("bad", text, error=f"not valid JSON: {exc}")
+    if not isinstance(doc, dict):
+        return EnrichedLine("bad", text, error=f"not a JSON object (a {type(doc).__name__})")
+    outcome, fingerprint = compute_fingerprint(doc, fields, fingerprinter)
+    if fingerprint is None:
+        return EnrichedLine(outcome, text, doc)
+    if FIELD in doc:
+        doc[FIELD] = merged_neardup(doc[FIELD], fingerprint)
+        return EnrichedLine("ok", compact_json(doc), doc, fingerprint)
+    enriched = splice_field(text, doc, FIELD, fingerprint.to_source())
+    doc[FIELD] = fingerprint.to_source()
+    return EnrichedLine("ok", enriched, doc, fingerprint)

@@ -1,0 +1,312 @@
+"""``neardup index``: fingerprint every document of an index in place.
+
+Parent process: checks the upstream, reads and checks the mapping (``neardup`` sub-fields,
+the text fields, the ``--since`` field) and only then puts the missing ``neardup``
+sub-fields; starts one worker process per slice, shows progress, prints the summary.
+
+Worker process (one per Elasticsearch slice, see :mod:`indexer.query`): its own client, its
+own :class:`~fingerprint.Fingerprinter`, its own point in time. It counts its slice (for
+the ETA) and the documents left out as already current, then reads pages with
+``search_after``, fingerprints them and writes them back with conditional partial updates
+(:mod:`indexer.writer`). It reports counters to the parent after every page, stops after
+the page in hand when asked to (Ctrl-C, another worker failed) and stops at once when the
+parent is gone (the job was killed: nothing is left running).
+
+Nothing is kept outside Elasticsearch: a killed job is resumed by running it again, since
+the selection leaves out documents that already carry the current scheme version.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import multiprocessing
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from elasticsearch import ApiError, Elasticsearch
+
+from fingerprint import FIELD, Fingerprinter, scheme_version
+from indexer.client import display_url, make_client
+from indexer.enrich import compute_fingerprint
+from indexer.errors import JobError, error_type_and_reason, explain
+from indexer.mapping import field_paths, plan_neardup_mapping, put_neardup_mapping, text_fields
+from indexer.progress import Progress
+from indexer.query import SliceSpec, already_current, plan_slices, selection
+from indexer.reader import SliceReader
+from indexer.retry import Retrier
+from indexer.stats import JobStats
+from indexer.writer import BulkUpdater
+from neardup.config import Config
+
+log = logging.getLogger(__name__)
+
+DATE_TYPES = frozenset({"date", "date_nanos", "long", "integer", "unsigned_long", "double", "float",
+                        "scaled_float"})
+
+
+@dataclass(frozen=True)
+class IndexOptions:
+    index: str
+    fields: tuple[str, ...]
+    since: str | None = None
+    since_field: str = "@timestamp"
+    force: bool = False
+    host_slice: int = 0
+    host_slices: int = 1
+    workers: int = 2
+    batch_size: int = 500
+
+
+@dataclass
+class JobResult:
+    stats: JobStats
+    elapsed: float
+    #: why the job stopped early (unreachable, interrupted, ...), or "" if it ran to the end
+    stopped: str = ""
+    slices: list[str] = field(default_factory=list)
+
+
+# --- checks before anything is written ------------------------------------------------------
+
+def check_fields(client: Elasticsearch, retrier: Retrier, options: IndexOptions,
+                 root_mappings: Mapping[str, Any]) -> None:
+    """Fail clearly if a configured text field is in no document, or the ``--since`` field is unusable."""
+    total = retrier.call("counting documents", lambda: client.count(index=options.index))["count"]
+    paths: dict[str, str] = {}
+    dynamic_off = False
+    for mapping in root_mappings.values():
+        paths.update(field_paths(mapping))
+        dynamic_off |= str(mapping.get("dynamic", "true")).lower() in ("false", "runtime")
+    listed = sorted({f for mapping in root_mappings.values() for f in text_fields(mapping)})
+    if total:
+        for name in options.fields:
+            found = retrier.call("checking the text fields", lambda: client.count(
+                index=options.index, query={"exists": {"field": name}}))["count"]
+            if found:
+                continue
+            if dynamic_off and name not in paths:
+                log.warning("field %r is not mapped (dynamic mapping is off), so it cannot be checked; "
+                            "documents without it are counted as 'no text field'", name)
+                continue
+            raise JobError(f"no document of {options.index} has the field {name!r}; text fields in its "
+                           f"mapping: {', '.join(listed) or '(none)'} (choose with --field, or "
+                           "indexer.fields in the configuration)")
+    if options.since is not None:
+        kind = paths.get(options.since_field)
+        if kind is None:
+            dates = sorted(p for p, k in paths.items() if k in ("date", "date_nanos"))
+            raise JobError(f"--since needs a date field; {options.since_field!r} is not mapped in "
+                           f"{options.index} (date fields: {', '.join(dates) or '(none)'}; choose with "
+                           "--since-field)")
+        if kind not in DATE_TYPES:
+            raise JobError(f"--since-field {options.since_field!r} is mapped as {kind!r}; it needs a date "
+                           "(or numeric) field")
+        try:
+            client.count(index=options.index, query={"range": {options.since_field: {"gte": options.since}}})
+        except ApiError as exc:
+            if exc.meta.status == 400:
+                reason = error_type_and_reason(exc.body)[1]
+                raise JobError(f"--since {options.since!r}: Elasticsearch cannot use it on "
+                               f"{options.since_field!r} ({reason}); use date math such as now-1d "
+                               "or a date such as 2024-05-01") from None
+            raise
+
+
+def prepare(config: Config, options: IndexOptions) -> None:
+    """All checks, then the mapping; raises :class:`JobError` having changed nothing on a problem."""
+    client = make_client(config.upstream)
+    retrier = Retrier(display_url(config.upstream), config.indexer.max_retries)
+    try:
+        plan = plan_neardup_mapping(client, retrier, options.index)
+        check_fields(client, retrier, options, plan.root_mappings)
+        put_neardup_mapping(client, retrier, options.index, plan)
+    except ApiError as exc:
+        raise JobError(explain(exc, display_url(config.upstream), options.index)) from None
+    finally:
+        client.close()
+
+
+# --- the worker -------------------------------------------------------------------------------
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (best effort)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def fingerprint_function(fields: Sequence[str], fingerprinter: Fingerprinter):
+    def fingerprint_source(source: Mapping[str, Any]):
+        outcome, fingerprint = compute_fingerprint(source, fields, fingerprinter)
+        return outcome, (fingerprint.to_source() if fingerprint is not None else None)
+    return fingerprint_source
+
+
+def run_slice(config: Config, options: IndexOptions, spec: SliceSpec, version: str,
+              report: Any, stop: Any, parent_pid: int) -> JobStats:
+    """Enrich one slice; ``report(kind, payload)`` sends counters to the parent."""
+    stats = JobStats()
+    client = make_client(config.upstream)
+    retrier = Retrier(display_url(config.upstream), config.indexer.max_retries)
+    fingerprinter = Fingerprinter(config.fingerprint)
+    if fingerprinter.version != version:
+        raise JobError(f"scheme version mismatch: {fingerprinter.version} != {version}")
+    reader = SliceReader(client, retrier, options.index,
+                         selection(version=version, force=options.force, since=options.since,
+                                   since_field=options.since_field),
+                         spec, options.batch_size, config.indexer.keep_alive, options.fields)
+    updater = BulkUpdater(client, retrier, fingerprint_function(options.fields, fingerprinter),
+                          options.fields, config.indexer.max_retries, stats)
+    try:
+        reader.open()
+        to_read = reader.count(reader.query)
+        skipped_current = 0 if options.force else reader.count(already_current(
+            version=version, since=options.since, since_field=options.since_field))
+        report("total", {"to_read": to_read, "skipped_current": skipped_current})
+        reported = JobStats()
+        started = time.perf_counter()
+        for hits in reader.pages():
+            stats.read_seconds += time.perf_counter() - started
+            stats.read += len(hits)
+            pending = [p for p in (updater.pending_from_hit(hit) for hit in hits) if p is not None]
+            updater.write(pending)
+            stats.transient_retries = retrier.retries
+            stats.pit_restarts = reader.pit_restarts
+            report("progress", _delta(stats, reported))
+            reported = _copy(stats)
+            if stop.is_set() or os.getppid() != parent_pid:
+                break
+            started = time.perf_counter()
+        stats.transient_retries = retrier.retries
+        stats.pit_restarts = reader.pit_restarts
+        return stats
+    finally:
+        reader.close()
+        client.close()
+
+
+def _copy(stats: JobStats) -> JobStats:
+    copy = JobStats()
+    copy.merge(stats)
+    return copy
+
+
+def _delta(now: JobStats, before: JobStats) -> JobStats:
+    """Counters added since ``before`` (failures: all new ones)."""
+    delta = JobStats()
+    for name in JobStats.counter_names():
+        setattr(delta, name, getattr(now, name) - getattr(before, name))
+    for reason, count in now.failures.counts.items():
+        new = count - before.failures.counts.get(reason, 0)
+        if new:
+            delta.failures.counts[reason] = new
+            delta.failures.examples[reason] = [i for i in now.failures.examples.get(reason, [])
+                                               if i not in before.failures.examples.get(reason, [])]
+    return delta
+
+
+def _worker_main(config: Config, options: IndexOptions, spec: SliceSpec, version: str,
+                 messages: Any, stop: Any, parent_pid: int) -> None:
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it sets ``stop``
+
+    def report(kind: str, payload: Any) -> None:
+        messages.put((kind, str(spec), payload))
+
+    try:
+        stats = run_slice(config, options, spec, version, report, stop, parent_pid)
+        report("done", None)
+        del stats
+    except JobError as exc:
+        report("error", str(exc))
+    except ApiError as exc:
+        report("error", explain(exc, display_url(config.upstream), options.index))
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which prints it
+        report("crash", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+
+
+# --- the parent -------------------------------------------------------------------------------
+
+def _context() -> Any:
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+
+def run_job(config: Config, options: IndexOptions, *, progress: Progress | None = None) -> JobResult:
+    """Check, put the mapping, run the workers; :class:`JobError` if the job cannot start."""
+    prepare(config, options)
+    version = scheme_version(config.fingerprint)
+    specs = plan_slices(options.host_slice, options.host_slices, options.workers)
+    progress = progress or Progress.for_stream(sys.stderr, options.index)
+    context = _context()
+    messages = context.Queue()
+    stop = context.Event()
+    started = time.perf_counter()
+    workers = {str(spec): context.Process(target=_worker_main, name=f"neardup-index-{spec}",
+                                          args=(config, options, spec, version, messages, stop, os.getpid()),
+                                          daemon=True)
+               for spec in specs}
+    stats = JobStats()
+    stopped = ""
+    running = set(workers)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous_handlers = ({sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+                         if in_main_thread else {})
+
+    def interrupt(signum: int, frame: Any) -> None:
+        nonlocal stopped
+        stopped = stopped or "interrupted; " + "run the same command again to resume"
+        stop.set()
+
+    for sig in previous_handlers:
+        signal.signal(sig, interrupt)
+    try:
+        for process in workers.values():
+            process.start()
+        while running:
+            try:
+                kind, name, payload = messages.get(timeout=0.5)
+            except queue.Empty:
+                for name in list(running):
+                    if not workers[name].is_alive() and workers[name].exitcode not in (None, 0):
+                        running.discard(name)
+                        stopped = stopped or f"worker for slice {name} died (exit code {workers[name].exitcode})"
+                        stop.set()
+                progress.tick(stats)
+                continue
+            if kind == "total":
+                stats.skipped_current += payload["skipped_current"]
+                progress.add_total(payload["to_read"])
+            elif kind == "progress":
+                stats.merge(payload)
+                progress.tick(stats)
+            elif kind in ("error", "crash"):
+                running.discard(name)
+                if kind == "crash":
+                    log.debug("worker %s crashed:\n%s", name, payload)
+                    payload = f"internal error in worker {name}: {payload.splitlines()[0]}"
+                stopped = stopped or payload
+                stop.set()
+            elif kind == "done":
+                running.discard(name)
+        for process in workers.values():
+            process.join(timeout=30)
+    finally:
+        for sig, handler in previous_handlers.items():
+            signal.signal(sig, handler)
+        for process in workers.values():
+            if process.is_alive():
+                process.terminate()
+                process.join(timeout=5)
+        progress.close()
+    return JobResult(stats, time.perf_counter() - started, stopped, [str(s) for s in specs])

@@ -1,0 +1,178 @@
+"""Writing fingerprints back: ``_bulk`` partial updates, conditional on what was read.
+
+Each action is ``{"update": {"_index", "_id", "routing", "if_seq_no", "if_primary_term"}}``
+followed by ``{"doc": {"neardup": {...}}}``. A partial update merges objects, so only the
+five fingerprint keys of ``neardup`` are (over)written; other keys of ``neardup`` and every
+other field stay as they are. There is no ``upsert``/``doc_as_upsert``: a document deleted
+since it was read makes the update fail with ``document_missing_exception`` and stays deleted.
+
+Per item of the bulk answer:
+
+* 200 ``updated`` / ``noop`` (same values already stored): done.
+* 409 version conflict (changed since read): the document is read again (real-time ``mget``),
+  fingerprinted again and the update retried on the new ``_seq_no``; if it is gone by then it
+  counts as deleted meanwhile. After ``max_retries`` conflicts for one document it fails.
+* 404 ``document_missing_exception``: deleted meanwhile.
+* 429 and 5xx: retried with backoff (the same conditional update), up to ``max_retries``.
+* anything else: failed, with Elasticsearch's error type and reason.
+
+If the whole bulk request is retried after a timeout although it was applied, its items
+come back as conflicts, are re-read and end as ``noop``: still correct.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from elasticsearch import Elasticsearch
+
+from fingerprint import FIELD
+from indexer.errors import error_type_and_reason
+from indexer.retry import TRANSIENT_STATUSES, Retrier
+from indexer.stats import JobStats
+from indexer.texts import Outcome
+
+#: ``(outcome, neardup value or None)`` for a document's ``_source``.
+FingerprintSource = Callable[[Mapping[str, Any]], tuple[Outcome, dict[str, Any] | None]]
+
+_BULK_FILTER = ["items.*.status", "items.*.result", "items.*.error.type", "items.*.error.reason",
+                "items.*.error.caused_by.reason"]
+
+
+@dataclass
+class Pending:
+    """One conditional update waiting to be sent."""
+
+    index: str
+    id: str
+    routing: str | None
+    seq_no: int
+    primary_term: int
+    neardup: dict[str, Any]
+    conflicts: int = 0
+    transient_failures: int = 0
+
+    def action(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {"_index": self.index, "_id": self.id,
+                                "if_seq_no": self.seq_no, "if_primary_term": self.primary_term}
+        if self.routing is not None:
+            meta["routing"] = self.routing
+        return {"update": meta}
+
+    def document(self) -> dict[str, Any]:
+        return {"doc": {FIELD: self.neardup}}
+
+
+def bulk_operations(pending: Sequence[Pending]) -> list[dict[str, Any]]:
+    operations: list[dict[str, Any]] = []
+    for item in pending:
+        operations.append(item.action())
+        operations.append(item.document())
+    return operations
+
+
+def count_outcome(stats: JobStats, outcome: Outcome) -> None:
+    """Count a document that gets no fingerprint."""
+    if outcome == "no_field":
+        stats.skipped_no_field += 1
+    elif outcome == "non_string":
+        stats.skipped_non_string += 1
+    elif outcome == "empty":
+        stats.skipped_empty += 1
+
+
+@dataclass
+class BulkUpdater:
+    client: Elasticsearch
+    retrier: Retrier
+    fingerprint_source: FingerprintSource
+    source_fields: Sequence[str]
+    max_retries: int
+    stats: JobStats
+
+    def pending_from_hit(self, hit: Mapping[str, Any], **counters: int) -> Pending | None:
+        """Fingerprint a search hit (or a real-time get); ``None`` if it gets no fingerprint."""
+        started = time.perf_counter()
+        outcome, neardup = self.fingerprint_source(hit.get("_source") or {})
+        self.stats.fingerprint_seconds += time.perf_counter() - started
+        if neardup is None:
+            count_outcome(self.stats, outcome)
+            return None
+        return Pending(hit["_index"], hit["_id"], hit.get("_routing"), hit["_seq_no"],
+                       hit["_primary_term"], neardup, **counters)
+
+    def write(self, pending: list[Pending]) -> None:
+        """Send the updates until each one is settled (updated, unchanged, deleted or failed)."""
+        while pending:
+            items = self._bulk(pending)
+            conflicted: list[Pending] = []
+            again: list[Pending] = []
+            for item, answer in zip(pending, items):
+                self._settle(item, answer.get("update", {}), conflicted, again)
+            if again:
+                self.retrier.wait(max(p.transient_failures for p in again) - 1)
+            pending = again + self._reread(conflicted)
+
+    def _bulk(self, pending: Sequence[Pending]) -> list[dict[str, Any]]:
+        operations = bulk_operations(pending)
+        started = time.perf_counter()
+        response = self.retrier.call("writing fingerprints", lambda: self.client.bulk(
+            operations=operations, filter_path=_BULK_FILTER))
+        self.stats.write_seconds += time.perf_counter() - started
+        items = response.body.get("items", [])
+        if len(items) != len(pending):
+            raise RuntimeError(f"bulk answered {len(items)} items for {len(pending)} actions")
+        return items
+
+    def _settle(self, item: Pending, answer: Mapping[str, Any], conflicted: list[Pending],
+                again: list[Pending]) -> None:
+        status = int(answer.get("status", 0))
+        if 200 <= status < 300:
+            if answer.get("result") == "noop":
+                self.stats.unchanged += 1
+            else:
+                self.stats.updated += 1
+            return
+        kind, reason = error_type_and_reason(answer.get("error", {}))
+        if status == 409:
+            item.conflicts += 1
+            if item.conflicts > self.max_retries:
+                self.stats.failures.add(f"changed {item.conflicts} times while being fingerprinted", item.id)
+            else:
+                self.stats.conflicts_retried += 1
+                conflicted.append(item)
+        elif status == 404 and kind == "document_missing_exception":
+            self.stats.deleted_meanwhile += 1
+        elif status in TRANSIENT_STATUSES:
+            item.transient_failures += 1
+            if item.transient_failures > self.max_retries:
+                self.stats.failures.add(f"{status} {kind} (after {self.max_retries} retries)", item.id)
+            else:
+                again.append(item)
+        else:
+            self.stats.failures.add(f"{status} {kind}: {reason}"[:300], item.id)
+
+    def _reread(self, conflicted: Sequence[Pending]) -> list[Pending]:
+        """Read changed documents again (real time) and fingerprint what they hold now."""
+        if not conflicted:
+            return []
+        docs = [{"_index": p.index, "_id": p.id, **({"routing": p.routing} if p.routing is not None else {})}
+                for p in conflicted]
+        started = time.perf_counter()
+        response = self.retrier.call("re-reading changed documents", lambda: self.client.mget(
+            docs=docs, source=list(self.source_fields) or False, realtime=True))
+        self.stats.read_seconds += time.perf_counter() - started
+        fresh: list[Pending] = []
+        for previous, doc in zip(conflicted, response.body["docs"]):
+            if "error" in doc:
+                kind, reason = error_type_and_reason(doc)
+                self.stats.failures.add(f"re-reading failed: {kind}: {reason}"[:300], previous.id)
+            elif not doc.get("found"):
+                self.stats.deleted_meanwhile += 1
+            else:
+                item = self.pending_from_hit(doc, conflicts=previous.conflicts)
+                if item is not None:
+                    fresh.append(item)
+        return fresh

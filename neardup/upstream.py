@@ -1,0 +1,118 @@
+"""Start-up check of the upstream Elasticsearch: reachable, and the credentials accepted.
+
+The indexer and the proxy call :func:`check_upstream` before doing anything else, so a
+wrong ``upstream.urls``, a closed port, a TLS problem or rejected credentials stop start-up
+with one clear message instead of a traceback later. Each URL is asked for
+``GET /_cluster/health`` with the configured credentials and TLS settings:
+
+* it answers (any status, or 403: authenticated, but without the ``monitor`` privilege): ok;
+* 401: the credentials were rejected;
+* no connection, TLS failure, timeout or a 5xx: the node is unreachable.
+
+At least one URL must be ok; the others are logged as warnings (a cluster keeps serving
+while one node is down).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from elasticsearch import (
+    ApiError,
+    AuthenticationException,
+    AuthorizationException,
+    ConnectionTimeout,
+    Elasticsearch,
+    TransportError,
+)
+
+from neardup.config import Config, UpstreamConfig
+
+log = logging.getLogger(__name__)
+
+_ERRNO = re.compile(r"\[Errno -?\d+\][^)'\"]*")
+_SSL = re.compile(r"\[SSL[^\]]*\][^)'\"]*")
+
+
+class UpstreamError(Exception):
+    """No configured upstream URL answered, or the credentials were rejected."""
+
+
+def without_credentials(url: str) -> str:
+    """The URL as shown in messages: any ``user:password@`` removed."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def _client_options(upstream: UpstreamConfig) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "request_timeout": max(upstream.connect_timeout, 1.0),
+        "max_retries": 0,
+        "retry_on_timeout": False,
+    }
+    if upstream.api_key:
+        options["api_key"] = upstream.api_key
+    elif upstream.username:
+        options["basic_auth"] = (upstream.username, upstream.password)
+    if upstream.ca_certs:
+        options["ca_certs"] = upstream.ca_certs
+    if not upstream.verify_certs:
+        options.update(verify_certs=False, ssl_show_warn=False)
+    return options
+
+
+def _cause(exc: Exception, timeout: float) -> str:
+    """The root cause of a transport failure in a few words (``[Errno 111] Connection refused``)."""
+    if isinstance(exc, ConnectionTimeout):
+        return f"no answer within {timeout:g}s (upstream.connect_timeout)"
+    text = " ".join(str(arg) for arg in exc.args) or str(exc)
+    text = re.sub(r"\s*\(_ssl\.c:\d+\)", "", text)
+    for pattern in (_SSL, _ERRNO):
+        found = pattern.search(text)
+        if found:
+            hint = " (check upstream.ca_certs / upstream.verify_certs)" if pattern is _SSL else ""
+            return found.group(0).strip() + hint
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+def probe(url: str, upstream: UpstreamConfig) -> str | None:
+    """``None`` if the node at ``url`` answers and accepts the credentials, else the reason."""
+    options = _client_options(upstream)
+    client = Elasticsearch(url, **options)
+    try:
+        client.cluster.health()
+        return None
+    except AuthorizationException:
+        return None
+    except AuthenticationException:
+        who = "upstream.api_key" if upstream.api_key else (
+            f"upstream.username = {upstream.username!r}" if upstream.username else "no credentials")
+        return f"credentials rejected (HTTP 401) with {who}"
+    except ApiError as exc:
+        detail = exc.message if exc.message and exc.message != "None" else "is it Elasticsearch?"
+        return f"answered HTTP {exc.meta.status} to GET /_cluster/health ({detail})"
+    except TransportError as exc:
+        return _cause(exc, options["request_timeout"])
+    finally:
+        client.close()
+
+
+def check_upstream(config: Config | UpstreamConfig) -> None:
+    """Raise :class:`UpstreamError` naming ``upstream.urls``, each URL and its cause, unless
+    at least one configured node answers with the configured credentials."""
+    upstream = config.upstream if isinstance(config, Config) else config
+    failures = []
+    for url in upstream.url_strings:
+        reason = probe(url, upstream)
+        if reason is None:
+            for failed_url, failed_reason in failures:
+                log.warning("upstream.urls: %s is not usable: %s", failed_url, failed_reason)
+            return
+        failures.append((without_credentials(url), reason))
+    lines = "\n  ".join(f"{url}: {reason}" for url, reason in failures)
+    raise UpstreamError(f"upstream.urls: cannot use Elasticsearch at\n  {lines}")

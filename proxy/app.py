@@ -1,0 +1,251 @@
+"""The proxy's aiohttp application: routes, middleware, transparent forwarding, ops endpoints.
+
+* ``GET /_neardup/health``: the proxy and each upstream node (``GET /_cluster/health``).
+* ``GET /_neardup/metrics``: Prometheus text format (:mod:`proxy.metrics`).
+* ``GET|POST [/<index>]/_search`` and ``/_msearch``: collapsed (:mod:`proxy.searching`).
+* everything else: forwarded unchanged, bodies streamed both ways.
+
+The middleware turns every failure into an Elasticsearch-style error body (never a traceback),
+records metrics and writes one structured access-log line per request, without credentials
+(no header values, no query values, only the path and the names of the query parameters).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+import aiohttp
+from aiohttp import web
+
+from neardup import __version__
+from neardup.config import Config
+from proxy import errors, jsonio, searching
+from proxy import http as httpx
+from proxy.collapse import Algorithms
+from proxy.fingerprints import default_algorithms
+from proxy.metrics import Metrics
+from proxy.params import parse_controls, resolve, split_query
+from proxy.routes import classify, index_of
+from proxy.upstream import Upstream
+
+log = logging.getLogger("neardup.proxy")
+access_log = logging.getLogger("neardup.proxy.access")
+
+#: Request bodies up to this size are read at once (and can be retried on another node);
+#: larger ones are streamed to the upstream as they arrive.
+BUFFERED_BODY_BYTES = 1024 * 1024
+
+
+@dataclass
+class ProxyState:
+    config: Config
+    upstream: Upstream
+    metrics: Metrics
+    algorithms: Algorithms
+
+
+STATE: web.AppKey[ProxyState] = web.AppKey("neardup_state", ProxyState)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_response(error: errors.ProxyError, pretty: bool = False) -> web.Response:
+    return web.Response(status=error.status, body=jsonio.dumps(error.body(), pretty=pretty),
+                        headers={"Content-Type": errors.JSON_CONTENT_TYPE,
+                                 "X-elastic-product": "Elasticsearch"})
+
+
+_UPSTREAM_ERROR_KINDS = {
+    "neardup_upstream_unreachable_exception": "unreachable",
+    "neardup_upstream_timeout_exception": "timeout",
+    "neardup_upstream_exception": "broken",
+}
+
+
+@web.middleware
+async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Errors → Elasticsearch error bodies; metrics; one access-log line."""
+    state = request.app[STATE]
+    started = time.perf_counter()
+    request["route"] = "passthrough"
+    request["outcome"] = None
+    state.metrics.in_flight += 1
+    try:
+        response = await handler(request)
+    except errors.ProxyError as exc:
+        kind = _UPSTREAM_ERROR_KINDS.get(exc.type)
+        if kind:
+            state.metrics.inc("neardup_proxy_upstream_errors_total", kind=kind)
+        request["outcome"] = request["outcome"] or exc.type
+        response = error_response(exc)
+    except web.HTTPRequestEntityTooLarge:
+        response = error_response(errors.body_too_large(request.content_length,
+                                                        state.config.proxy.max_body_bytes))
+    except web.HTTPException as exc:  # aiohttp's own (e.g. a malformed request)
+        response = error_response(errors.ProxyError(exc.status, "neardup_http_exception", exc.reason))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a bug must not leak a traceback to the client
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        response = error_response(errors.internal(type(exc).__name__))
+    finally:
+        state.metrics.in_flight -= 1
+    elapsed = time.perf_counter() - started
+    route = request["route"]
+    state.metrics.inc("neardup_proxy_requests_total", route=route, status=str(response.status))
+    state.metrics.observe(elapsed, route=route)
+    if route in ("search", "msearch") and request["outcome"]:
+        outcome, _, reason = str(request["outcome"]).partition(":")
+        state.metrics.inc("neardup_proxy_searches_total", outcome=outcome, reason=reason)
+    state.metrics.maybe_write_snapshot()
+    if access_log.isEnabledFor(logging.INFO):
+        _log_access(request, response, elapsed)
+    return response
+
+
+def _log_access(request: web.Request, response: web.StreamResponse, elapsed: float) -> None:
+    raw_path, _, raw_query = request.raw_path.partition("?")
+    fields = {
+        "event": "access",
+        "http.request.method": request.method,
+        "url.path": raw_path,
+        "url.query_params": sorted({name for name, _, _ in split_query(raw_query)}),
+        "http.response.status_code": response.status,
+        "http.response.body.bytes": response.body_length,
+        "event.duration_ms": round(elapsed * 1000, 3),
+        "neardup.route": request["route"],
+        "neardup.outcome": request["outcome"],
+        "client.address": request.remote,
+    }
+    access_log.info("%s %s %s %.1fms %s", request.method, raw_path, response.status,
+                    elapsed * 1000, request["outcome"] or "", extra={"fields": fields})
+
+
+async def proxy_request(request: web.Request) -> web.StreamResponse:
+    """Every request that is not an ops endpoint."""
+    state = request.app[STATE]
+    raw_path, _, raw_query = request.raw_path.partition("?")
+    route = classify(request.method, raw_path)
+    request["route"] = route
+    controls, query, _ = parse_controls(raw_query, request.headers)
+    if route != "passthrough":
+        if route == "search":
+            settings = resolve(controls, state.config.collapse, index_of(raw_path))
+            if settings.enabled:
+                return await searching.search(state, request, raw_path, query, settings)
+        elif controls.enabled is not False:  # per-item settings: each search decides
+            return await searching.msearch(state, request, raw_path, query, controls)
+        request["outcome"] = "passed:off"
+    return await forward(request, raw_path, query)
+
+
+async def forward(request: web.Request, raw_path: str, query: str, body: bytes | None = None,
+                  extra_headers: list[tuple[str, str]] | None = None) -> web.StreamResponse:
+    """Send the request upstream unchanged (but for the proxy's controls) and stream the answer."""
+    state = request.app[STATE]
+    limit = state.config.proxy.max_body_bytes
+    headers = httpx.request_headers(request.headers)
+    data: Any = body
+    if body is None and request.body_exists:
+        declared = request.content_length
+        if declared is not None and declared > limit:
+            raise errors.body_too_large(declared, limit)
+        if declared is None or declared <= BUFFERED_BODY_BYTES:
+            data = await searching.read_body(request, limit)
+        else:
+            data = request.content
+    path_qs = raw_path + ("?" + query if query else "")
+    upstream = await state.upstream.send(request.method, path_qs, headers, data)
+    return await stream_back(request, upstream, extra_headers or [])
+
+
+async def stream_back(request: web.Request, upstream: aiohttp.ClientResponse,
+                      extra_headers: list[tuple[str, str]]) -> web.StreamResponse:
+    """Stream an upstream response to the client as it arrives, headers and bytes unchanged.
+
+    If the upstream breaks off after the status line went out, the client connection is closed
+    without finishing the body, so the client sees a broken response, never a short valid one.
+    """
+    response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+    for name, value in httpx.response_headers(upstream.headers):
+        response.headers.add(name, value)
+    for name, value in extra_headers:
+        response.headers.add(name, value)
+    length = upstream.headers.get("Content-Length")
+    if length is not None and length.isdigit():
+        response.content_length = int(length)
+    try:
+        await response.prepare(request)
+        if request.method != "HEAD":
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+        await response.write_eof()
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        log.warning("upstream broke off a response: %s", type(exc).__name__,
+                    extra={"fields": {"event": "upstream_broken", "url.path": request.path}})
+        request.app[STATE].metrics.inc("neardup_proxy_upstream_errors_total", kind="broken")
+        request["outcome"] = "upstream_broken"
+        if request.transport is not None:
+            request.transport.close()
+    finally:
+        upstream.release()
+    return response
+
+
+async def health(request: web.Request) -> web.Response:
+    """The proxy is up; each upstream node: reachable, HTTP status, cluster status."""
+    state = request.app[STATE]
+    request["route"] = "health"
+    config = state.config.upstream
+    headers: dict[str, str] = {}
+    if config.api_key:
+        headers["Authorization"] = f"ApiKey {config.api_key}"
+    elif config.username:
+        headers["Authorization"] = aiohttp.BasicAuth(config.username, config.password).encode()
+    elif "Authorization" in request.headers:
+        headers["Authorization"] = request.headers["Authorization"]
+    nodes = await state.upstream.health(headers)
+    reachable = any(node["reachable"] for node in nodes)
+    body = {
+        "status": "ok" if reachable else "upstream_unreachable",
+        "proxy": {"version": __version__, "pid": os.getpid(),
+                  "in_flight_requests": state.metrics.in_flight},
+        "upstream": nodes,
+    }
+    return web.Response(status=200 if reachable else 503, body=jsonio.dumps(body),
+                        content_type="application/json")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    request["route"] = "metrics"
+    text = state.metrics.combined().render()
+    return web.Response(text=text, content_type="text/plain", charset="utf-8",
+                        headers={"X-Content-Type-Options": "nosniff"})
+
+
+def create_app(config: Config, algorithms: Algorithms | None = None,
+               metrics_dir: str | None = None) -> web.Application:
+    """The application of one worker; the upstream session opens on start-up."""
+    state = ProxyState(config=config, upstream=Upstream(config.upstream), metrics=Metrics(metrics_dir),
+                       algorithms=algorithms or default_algorithms(config.fingerprint))
+    app = web.Application(middlewares=[observe], client_max_size=config.proxy.max_body_bytes)
+    app[STATE] = state
+    app.router.add_get("/_neardup/health", health, allow_head=True)
+    app.router.add_get("/_neardup/metrics", metrics, allow_head=True)
+    app.router.add_route("*", "/{tail:.*}", proxy_request)
+
+    async def start(app: web.Application) -> None:
+        await app[STATE].upstream.start()
+
+    async def stop(app: web.Application) -> None:
+        app[STATE].metrics.maybe_write_snapshot(force=True)
+        await app[STATE].upstream.close()
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+    return app

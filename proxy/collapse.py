@@ -1,0 +1,170 @@
+"""Folding near-duplicate hits into groups: pure functions from hits and fingerprints to a page.
+
+Given the hits of a result window ``h_0 … h_{W-1}`` in rank order and their fingerprints,
+
+* two hits are *similar* when their estimated similarity (MinHash resemblance, or containment,
+  of their shingle sets) is at least the threshold ``t``: ``fingerprint.similar_pairs``;
+* groups are the connected components of the similarity graph over the window (transitive:
+  ``a ~ b`` and ``b ~ c`` put ``a``, ``b``, ``c`` together): ``fingerprint.group_labels``, whose
+  label is the smallest member index, i.e. the best-ranked hit of the group, its *representative*;
+* groups are ordered by the rank of their representative, and the page ``[from, from+size)`` is
+  counted in groups;
+* a hit without a fingerprint of the current scheme version is a group of its own.
+
+Each representative stays where it is; the other members go, in rank order, under its
+``inner_hits.neardup`` in Elasticsearch's collapse format, and it gets its group key in
+``fields["neardup.group"]`` as native ``collapse`` puts the collapse field there.
+
+Anything of unexpected shape raises :class:`CollapseError`; the caller then fails open.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Sequence
+
+import numpy as np
+
+GROUP_FIELD = "neardup.group"
+INNER_HITS_NAME = "neardup"
+SUMMARY_KEY = "neardup"
+FINGERPRINT_FIELD = "neardup"
+#: The fingerprint keys grouping needs (fetched as ``neardup.<key>`` through ``fields`` when
+#: the client does not get the whole ``_source``): scheme version, signature, shingle count.
+FINGERPRINT_KEYS = ("v", "sig", "n")
+
+Mode = Literal["resemblance", "containment"]
+Channel = Literal["_source", "fields"]
+
+
+class CollapseError(ValueError):
+    """The upstream response does not have the shape collapsing expects."""
+
+
+#: (positions of the objects that hold a usable fingerprint, their signatures (M, K) uint64,
+#: their shingle counts (M,)).
+Signatures = tuple[np.ndarray, np.ndarray, np.ndarray]
+#: ``read(stored fingerprint objects or None) -> Signatures`` (:mod:`proxy.fingerprints`).
+Reader = Callable[[Sequence[Any]], Signatures]
+#: ``similar_pairs(signatures, counts, threshold, mode) -> (i, j, sim)`` (fingerprint package).
+PairFinder = Callable[[np.ndarray, np.ndarray, float, str], tuple[np.ndarray, np.ndarray, np.ndarray]]
+#: ``group_labels(n, i, j) -> labels`` (fingerprint package).
+Labeller = Callable[[int, np.ndarray, np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Algorithms:
+    read: Reader
+    similar_pairs: PairFinder
+    group_labels: Labeller
+
+
+def stored_fingerprint(hit: dict[str, Any], channel: Channel) -> Any:
+    """The stored fingerprint object of a hit, from ``_source`` or rebuilt from ``fields``."""
+    if channel == "_source":
+        source = hit.get("_source")
+        return source.get(FINGERPRINT_FIELD) if isinstance(source, dict) else None
+    fields = hit.get("fields")
+    if not isinstance(fields, dict):
+        return None
+    values = {key: fields.get(f"{FINGERPRINT_FIELD}.{key}") for key in FINGERPRINT_KEYS}
+    if not all(isinstance(values[k], list) and len(values[k]) == 1 for k in ("v", "sig", "n")):
+        return None
+    return {"v": values["v"][0], "sig": values["sig"][0], "n": values["n"][0]}
+
+
+def group(hits: Sequence[Any], channel: Channel, threshold: float, mode: Mode,
+          algorithms: Algorithms) -> tuple[list[list[int]], int]:
+    """Groups of hit positions, each in rank order, the groups ordered by their first member;
+    and how many hits had a usable fingerprint. Hits without one are groups of one.
+    """
+    stored = []
+    for position, hit in enumerate(hits):
+        if not isinstance(hit, dict):
+            raise CollapseError(f"hit {position} is not an object")
+        stored.append(stored_fingerprint(hit, channel))
+    n = len(hits)
+    labels = np.arange(n, dtype=np.int64)
+    fingerprinted, signatures, counts = algorithms.read(stored)
+    if len(fingerprinted) > 1:
+        i, j, _ = algorithms.similar_pairs(signatures, counts, threshold, mode)
+        if len(i):
+            local = np.asarray(algorithms.group_labels(len(fingerprinted), np.asarray(i), np.asarray(j)))
+            # Local label = smallest local member index; map it back to hit positions.
+            labels[fingerprinted] = fingerprinted[local]
+    members: dict[int, list[int]] = {}
+    for position, label in enumerate(labels.tolist()):
+        members.setdefault(label, []).append(position)
+    # Insertion order = order of first members = rank order of the representatives.
+    return list(members.values()), len(fingerprinted)
+
+
+def group_key(hit: dict[str, Any]) -> str:
+    """A group's key: ``<_index>/<_id>`` of its representative (index names cannot hold ``/``)."""
+    return f"{hit.get('_index', '')}/{hit.get('_id', '')}"
+
+
+def _max_score(hits: Sequence[dict[str, Any]]) -> float | None:
+    scores = [h.get("_score") for h in hits if isinstance(h.get("_score"), (int, float))]
+    return max(scores) if scores else None
+
+
+def strip_fields(hit: dict[str, Any], added: Sequence[str], had_fields: bool) -> None:
+    """Remove the ``fields`` entries the proxy asked for and the client did not (in place)."""
+    if not added:
+        return
+    fields = hit.get("fields")
+    if isinstance(fields, dict):
+        for name in added:
+            fields.pop(name, None)
+        if not fields and not had_fields:
+            del hit["fields"]
+
+
+@dataclass(frozen=True)
+class Page:
+    hits: list[dict[str, Any]]
+    groups: int            # groups on the page
+    collapsed: int         # hits folded under inner_hits on the page
+    window_groups: int     # groups in the whole window
+
+
+def build_page(hits: Sequence[dict[str, Any]], groups: list[list[int]], start: int, size: int,
+               total_as_int: bool = False) -> Page:
+    """The page ``groups[start:start+size]`` with members folded under their representative.
+
+    Mutates the representative hit dicts (adds ``inner_hits`` and ``fields``); the caller owns them.
+    """
+    page: list[dict[str, Any]] = []
+    collapsed = 0
+    for members in groups[start:start + size]:
+        top = hits[members[0]]
+        others = [hits[m] for m in members[1:]]
+        collapsed += len(others)
+        total: Any = len(others) if total_as_int else {"value": len(others), "relation": "eq"}
+        fields = top.get("fields")
+        if not isinstance(fields, dict):
+            fields = {}
+        top["fields"] = {**fields, GROUP_FIELD: [group_key(top)]}
+        inner = top.get("inner_hits")
+        inner = dict(inner) if isinstance(inner, dict) else {}
+        inner[INNER_HITS_NAME] = {"hits": {"total": total, "max_score": _max_score(others),
+                                           "hits": others}}
+        top["inner_hits"] = inner
+        page.append(top)
+    return Page(page, len(page), collapsed, len(groups))
+
+
+def summary(page: Page, threshold: float, mode: Mode, window: int, fingerprinted: int,
+            complete: bool) -> dict[str, Any]:
+    """The top-level ``neardup`` object of a collapsed response."""
+    return {
+        "threshold": threshold,
+        "mode": mode,
+        "groups": page.groups,
+        "collapsed": page.collapsed,
+        "window": window,
+        "window_groups": page.window_groups,
+        "fingerprinted": fingerprinted,
+        "complete": complete,
+    }

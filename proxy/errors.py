@@ -1,0 +1,75 @@
+"""Elasticsearch-style error bodies for the answers the proxy gives itself.
+
+Elasticsearch answers every failure with::
+
+    {"error": {"root_cause": [{"type": T, "reason": R}], "type": T, "reason": R}, "status": N}
+
+Clients (the official ones included) parse that shape to raise typed exceptions, so every error
+the proxy produces, from a bad ``neardup_threshold`` to an unreachable upstream, uses it too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from proxy import jsonio
+
+JSON_CONTENT_TYPE = "application/json; charset=UTF-8"
+
+
+@dataclass(frozen=True)
+class ProxyError(Exception):
+    """A failure the proxy answers itself, with an HTTP status and an Elasticsearch error type."""
+
+    status: int
+    type: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.type}: {self.reason}"
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.status, self.type, self.reason)
+
+
+def error_body(status: int, error_type: str, reason: str) -> dict[str, Any]:
+    """The JSON value of an Elasticsearch error response."""
+    cause = {"type": error_type, "reason": reason}
+    return {"error": {"root_cause": [cause], **cause}, "status": status}
+
+
+def error_bytes(status: int, error_type: str, reason: str) -> bytes:
+    return jsonio.dumps(error_body(status, error_type, reason))
+
+
+def illegal_argument(reason: str) -> ProxyError:
+    """HTTP 400 ``illegal_argument_exception``, what Elasticsearch answers for a bad parameter."""
+    return ProxyError(400, "illegal_argument_exception", reason)
+
+
+def body_too_large(size: int | None, limit: int) -> ProxyError:
+    seen = f"{size} bytes" if size is not None else f"more than {limit} bytes"
+    return ProxyError(413, "content_too_long_exception",
+                      f"request body is too large: {seen}, the limit is {limit} bytes "
+                      "(proxy.max_body_bytes)")
+
+
+def upstream_unreachable(detail: str) -> ProxyError:
+    return ProxyError(502, "neardup_upstream_unreachable_exception",
+                      f"no Elasticsearch node could be reached: {detail}")
+
+
+def upstream_timeout(seconds: float) -> ProxyError:
+    return ProxyError(504, "neardup_upstream_timeout_exception",
+                      f"Elasticsearch did not answer within {seconds:g} s "
+                      "(upstream.request_timeout)")
+
+
+def upstream_broken(detail: str) -> ProxyError:
+    return ProxyError(502, "neardup_upstream_exception",
+                      f"the connection to Elasticsearch failed during the request: {detail}")
+
+
+def internal(detail: str) -> ProxyError:
+    return ProxyError(500, "neardup_proxy_exception", f"the proxy failed to handle the request: {detail}")

@@ -1,0 +1,124 @@
+"""Elasticsearch's ``filter_path`` response filtering, re-done on a parsed response.
+
+The proxy fetches collapsed searches without the client's ``filter_path`` (it needs the hits and
+their fingerprints) and applies the client's filter to the collapsed response itself.
+
+Semantics (those of Elasticsearch's ``FilterPath``):
+
+* the value is a comma-separated list of expressions; an expression is a dotted path whose
+  segments are field names, ``*``-globs matching within one level (``hits.hits._s*``), or
+  ``**`` matching any number of levels (``**._id``);
+* a field whose path matches an expression completely is kept whole, with everything below it;
+* arrays are transparent: their elements are filtered with the path of the array;
+* objects and arrays left empty by filtering are dropped; if nothing matches the result is ``{}``;
+* an expression starting with ``-`` excludes what it matches; when there are both, exclusions are
+  applied first and the inclusions to what remains.
+
+Expressions this module cannot reproduce exactly (a backslash escape, empty segments) raise
+:class:`UnsupportedFilterPath`; the proxy then does not collapse that request rather than give a
+differently filtered answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.glob import glob_match
+
+_DROP = object()
+
+
+class UnsupportedFilterPath(ValueError):
+    """A ``filter_path`` expression the proxy cannot apply exactly as Elasticsearch would."""
+
+
+@dataclass(frozen=True)
+class FilterPath:
+    includes: tuple[tuple[str, ...], ...]
+    excludes: tuple[tuple[str, ...], ...]
+
+    def apply(self, value: Any) -> Any:
+        """The filtered response (a new value; the argument is not changed)."""
+        if self.excludes:
+            value = _filter(value, [p for p in self.excludes], exclude=True)
+            if value is _DROP:
+                value = {}
+        if self.includes:
+            value = _filter(value, [p for p in self.includes], exclude=False)
+            if value is _DROP:
+                value = {}
+        return value
+
+
+def parse(expression: str) -> FilterPath | None:
+    """Compile a ``filter_path`` value; ``None`` if it filters nothing."""
+    includes, excludes = [], []
+    for raw in expression.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        target = includes
+        if item.startswith("-"):
+            target, item = excludes, item[1:]
+        if "\\" in item or not item:
+            raise UnsupportedFilterPath(f"unsupported filter_path expression [{raw}]")
+        segments = tuple(item.split("."))
+        if any(s == "" for s in segments):
+            raise UnsupportedFilterPath(f"unsupported filter_path expression [{raw}]")
+        target.append(segments)
+    if not includes and not excludes:
+        return None
+    return FilterPath(tuple(includes), tuple(excludes))
+
+
+def _advance(paths: list[tuple[str, ...]], key: str) -> tuple[bool, list[tuple[str, ...]]]:
+    """Match ``key`` against the first segment of each path.
+
+    Returns (some path matched completely, the remaining paths to apply below ``key``).
+    """
+    complete = False
+    rest: list[tuple[str, ...]] = []
+    for path in paths:
+        head = path[0]
+        if head == "**":
+            # ``**`` may match zero levels (try the tail here) or this level and more (keep it).
+            if len(path) == 1:
+                complete = True
+                continue
+            rest.append(path)
+            sub_complete, sub_rest = _advance([path[1:]], key)
+            complete = complete or sub_complete
+            rest.extend(sub_rest)
+            continue
+        if glob_match(head, key):
+            if len(path) == 1:
+                complete = True
+            else:
+                rest.append(path[1:])
+    return complete, rest
+
+
+def _filter(value: Any, paths: list[tuple[str, ...]], exclude: bool) -> Any:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, child in value.items():
+            complete, rest = _advance(paths, key)
+            if complete:
+                if not exclude:
+                    out[key] = child
+                continue
+            if not rest:
+                if exclude:
+                    out[key] = child
+                continue
+            filtered = _filter(child, rest, exclude)
+            if filtered is not _DROP:
+                out[key] = filtered
+        return out if (out or exclude) else _DROP
+    if isinstance(value, list):
+        items = [_filter(item, paths, exclude) for item in value]
+        kept = [item for item in items if item is not _DROP]
+        return kept if (kept or exclude) else _DROP
+    # A scalar reached while paths still expect more levels below it.
+    return value if exclude else _DROP

@@ -1,0 +1,116 @@
+"""HTTP details of a transparent proxy: hop-by-hop headers, content types, gzip.
+
+Hop-by-hop headers (RFC 9110 §7.6.1: ``Connection`` and the headers it names, ``Keep-Alive``,
+``Proxy-*``, ``TE``, ``Trailer``, ``Transfer-Encoding``, ``Upgrade``) describe one connection
+and are never forwarded; ``Host`` is the upstream's. Everything else passes unchanged.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from typing import Iterable, Mapping
+
+from proxy import errors
+from proxy.params import is_control_header
+
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
+                        "proxy-connection", "te", "trailer", "trailers", "transfer-encoding",
+                        "upgrade", "host"})
+_COMPAT = re.compile(r"compatible-with\s*=\s*(\d+)", re.I)
+
+
+def _connection_tokens(headers: Mapping[str, str]) -> set[str]:
+    tokens: set[str] = set()
+    for value in headers.getall("Connection", []) if hasattr(headers, "getall") else []:
+        tokens.update(t.strip().lower() for t in value.split(",") if t.strip())
+    return tokens
+
+
+def request_headers(headers: Mapping[str, str], drop: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """The client's headers to send upstream, in order, duplicates kept."""
+    dropped = HOP_BY_HOP | _connection_tokens(headers) | {d.lower() for d in drop}
+    return [(name, value) for name, value in headers.items()
+            if name.lower() not in dropped and not is_control_header(name)]
+
+
+def response_headers(headers: Mapping[str, str], drop: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """The upstream's response headers to send to the client."""
+    dropped = HOP_BY_HOP | _connection_tokens(headers) | {d.lower() for d in drop}
+    return [(name, value) for name, value in headers.items() if name.lower() not in dropped]
+
+
+def is_json(content_type: str | None) -> bool:
+    """``application/json`` or ``application/vnd.elasticsearch+json`` (any parameters)."""
+    if not content_type:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media in ("application/json", "application/vnd.elasticsearch+json")
+
+
+def is_ndjson(content_type: str | None) -> bool:
+    if not content_type:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media in ("application/x-ndjson", "application/vnd.elasticsearch+x-ndjson",
+                     "application/json", "application/vnd.elasticsearch+json")
+
+
+def json_content_type_for(accept: str | None) -> str:
+    """Content-Type for a JSON body the proxy writes upstream, matching the client's Accept.
+
+    Elasticsearch wants the same ``compatible-with`` version on Accept and Content-Type.
+    """
+    match = _COMPAT.search(accept or "")
+    if match:
+        return f"application/vnd.elasticsearch+json; compatible-with={match.group(1)}"
+    return "application/json"
+
+
+def accepts_gzip(accept_encoding: str | None) -> bool:
+    """Whether ``Accept-Encoding`` allows gzip (``gzip``, ``x-gzip`` or ``*`` with q > 0)."""
+    for item in (accept_encoding or "").split(","):
+        coding, _, params = item.strip().partition(";")
+        if coding.strip().lower() not in ("gzip", "x-gzip", "*"):
+            continue
+        params = params.replace(" ", "").lower()
+        if params.startswith("q="):
+            try:
+                return float(params[2:]) > 0
+            except ValueError:
+                return False
+        return True
+    return False
+
+
+def decode_body(data: bytes, content_encoding: str | None, limit: int) -> bytes:
+    """Undo gzip/deflate request encoding, refusing more than ``limit`` bytes once decoded."""
+    coding = (content_encoding or "").strip().lower()
+    if coding in ("", "identity"):
+        return data
+    if coding not in ("gzip", "x-gzip", "deflate"):
+        raise errors.illegal_argument(f"unsupported Content-Encoding [{content_encoding}]")
+    wbits = 16 + zlib.MAX_WBITS if coding != "deflate" else zlib.MAX_WBITS
+    decoder = zlib.decompressobj(wbits)
+    try:
+        out = decoder.decompress(data, limit + 1)
+    except zlib.error as exc:
+        raise errors.illegal_argument(f"request body is not valid {coding}: {exc}") from None
+    if len(out) > limit or decoder.unconsumed_tail:
+        raise errors.body_too_large(None, limit)
+    return out
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    """gzip at level 3, Elasticsearch's default ``http.compression_level``."""
+    return gzip.compress(data, compresslevel=3, mtime=0)
+
+
+def gunzip_response(data: bytes, content_encoding: str | None) -> bytes:
+    coding = (content_encoding or "").strip().lower()
+    if coding in ("gzip", "x-gzip"):
+        return gzip.decompress(data)
+    if coding == "deflate":
+        return zlib.decompress(data)
+    return data

@@ -1,0 +1,158 @@
+"""The proxy's own request controls: ``neardup*`` query parameters and ``X-Neardup*`` headers.
+
+A request may override the configured collapsing with
+
+=====================  ==========================  ===================================
+query parameter        header                      values
+=====================  ==========================  ===================================
+``neardup``            ``X-Neardup``               ``on`` | ``off`` (also true/false)
+``neardup_threshold``  ``X-Neardup-Threshold``     a number from 0 to 1
+``neardup_mode``       ``X-Neardup-Mode``          ``resemblance`` | ``containment``
+=====================  ==========================  ===================================
+
+They are removed before the request goes upstream (Elasticsearch rejects unknown parameters).
+A query parameter wins over the header of the same meaning. Anything invalid — an unknown
+``neardup_*`` name, a value out of range, one parameter given twice with different values — is a
+:class:`~proxy.errors.ProxyError` 400 naming the parameter.
+
+The rest of the query string is kept byte for byte: parameters are split on ``&`` and only
+the proxy's own are dropped, nothing is decoded and re-encoded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Mapping
+from urllib.parse import unquote_plus
+
+from neardup.config import CollapseConfig, collapse_settings_for
+from proxy.errors import illegal_argument
+
+Mode = Literal["resemblance", "containment"]
+MODES: tuple[Mode, ...] = ("resemblance", "containment")
+
+PARAM_SWITCH, PARAM_THRESHOLD, PARAM_MODE = "neardup", "neardup_threshold", "neardup_mode"
+HEADER_SWITCH, HEADER_THRESHOLD, HEADER_MODE = "X-Neardup", "X-Neardup-Threshold", "X-Neardup-Mode"
+HEADER_PREFIX = "x-neardup"
+_HEADER_OF = {PARAM_SWITCH: HEADER_SWITCH, PARAM_THRESHOLD: HEADER_THRESHOLD, PARAM_MODE: HEADER_MODE}
+_SWITCH_VALUES = {"on": True, "true": True, "off": False, "false": False}
+
+
+@dataclass(frozen=True)
+class Controls:
+    """What the request asked for; ``None`` means "use the configuration"."""
+
+    enabled: bool | None = None
+    threshold: float | None = None
+    mode: Mode | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Collapsing settings in force for one request."""
+
+    enabled: bool
+    threshold: float
+    mode: Mode
+    #: The client asked for collapsing explicitly (``neardup=on``): a search that cannot be
+    #: collapsed is then an error instead of a silent pass-through.
+    forced: bool = False
+
+
+def split_query(raw_query: str) -> list[tuple[str, str, str]]:
+    """``a=1&b`` → ``[(name, decoded value, raw part), ...]``; empty parts are dropped."""
+    parts = []
+    for raw in raw_query.split("&"):
+        if not raw:
+            continue
+        name, _, value = raw.partition("=")
+        parts.append((unquote_plus(name), unquote_plus(value), raw))
+    return parts
+
+
+def join_query(parts: list[tuple[str, str, str]]) -> str:
+    return "&".join(raw for _, _, raw in parts)
+
+
+def _parse_switch(name: str, value: str) -> bool:
+    switch = _SWITCH_VALUES.get(value.strip().lower())
+    if switch is None:
+        raise illegal_argument(f"Failed to parse value [{value}] for parameter [{name}]: "
+                               "must be one of [on, off, true, false]")
+    return switch
+
+
+def _parse_threshold(name: str, value: str) -> float:
+    try:
+        threshold = float(value)
+    except ValueError:
+        threshold = math.nan
+    if not (math.isfinite(threshold) and 0.0 <= threshold <= 1.0):
+        raise illegal_argument(f"Failed to parse value [{value}] for parameter [{name}]: "
+                               "must be a number from 0 to 1")
+    return threshold
+
+
+def _parse_mode(name: str, value: str) -> Mode:
+    mode = value.strip().lower()
+    if mode not in MODES:
+        raise illegal_argument(f"Failed to parse value [{value}] for parameter [{name}]: "
+                               "must be one of [resemblance, containment]")
+    return mode  # type: ignore[return-value]
+
+
+_PARSERS = {PARAM_SWITCH: _parse_switch, PARAM_THRESHOLD: _parse_threshold, PARAM_MODE: _parse_mode}
+
+
+def parse_controls(raw_query: str, headers: Mapping[str, str]
+                   ) -> tuple[Controls, str, bool]:
+    """Read the controls; return them, the query string without them, and whether any was given.
+
+    ``headers`` is a case-insensitive mapping (aiohttp's ``CIMultiDictProxy``).
+    """
+    parts = split_query(raw_query)
+    given: dict[str, str] = {}
+    kept: list[tuple[str, str, str]] = []
+    for name, value, raw in parts:
+        if name != PARAM_SWITCH and not name.startswith(PARAM_SWITCH + "_"):
+            kept.append((name, value, raw))
+            continue
+        if name not in _PARSERS:
+            raise illegal_argument(f"request contains unrecognized parameter: [{name}] "
+                                   f"(the proxy knows [{', '.join(_PARSERS)}])")
+        if name in given and given[name] != value:
+            raise illegal_argument(f"parameter [{name}] is given more than once with different "
+                                   f"values [{given[name]}] and [{value}]")
+        given[name] = value
+    values: dict[str, object] = {}
+    for name, parse in _PARSERS.items():
+        if name in given:
+            values[name] = parse(name, given[name])
+            continue
+        header_values = headers.getall(_HEADER_OF[name], []) if hasattr(headers, "getall") \
+            else ([headers[_HEADER_OF[name]]] if _HEADER_OF[name] in headers else [])
+        if len(set(header_values)) > 1:
+            raise illegal_argument(f"header [{_HEADER_OF[name]}] is given more than once with "
+                                   "different values")
+        if header_values:
+            values[name] = parse(_HEADER_OF[name], header_values[0])
+    controls = Controls(values.get(PARAM_SWITCH), values.get(PARAM_THRESHOLD),  # type: ignore[arg-type]
+                        values.get(PARAM_MODE))  # type: ignore[arg-type]
+    changed = len(kept) != len(parts)
+    return controls, join_query(kept) if changed else raw_query, bool(values)
+
+
+def is_control_header(name: str) -> bool:
+    return name.lower().startswith(HEADER_PREFIX)
+
+
+def resolve(controls: Controls, config: CollapseConfig, index: str) -> Settings:
+    """Request controls over per-index configuration over global configuration."""
+    enabled, threshold, mode = collapse_settings_for(config, index)
+    return Settings(
+        enabled=controls.enabled if controls.enabled is not None else enabled,
+        threshold=controls.threshold if controls.threshold is not None else threshold,
+        mode=controls.mode if controls.mode is not None else mode,
+        forced=controls.enabled is True,
+    )

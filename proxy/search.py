@@ -1,0 +1,238 @@
+"""Search requests: which ones are collapsed, how they are rewritten, how the rounds are merged.
+
+Pure functions over parsed requests and responses (no I/O).
+
+A collapsible search is fetched from the upstream as a *window* of hits ``[0, W)`` in rounds:
+the first round asks for ``W₀`` hits with everything the client asked for (aggregations,
+suggestions, ``track_total_hits``…); when the window's grouping holds fewer than ``from+size``
+groups and more hits exist, a *tail* round fetches the next hits ``[W, 2W)`` without
+aggregations, suggestions or total counting, until the page is full, the results run out or
+``collapse.max_window`` is reached. Window sizes are powers of two (at least 16), so pages of
+one query are usually grouped over the same window.
+
+The response keeps the first round's metadata (``hits.total``, ``aggregations``, ``suggest``,
+``_shards``, …) with ``took`` summed over the rounds; only ``hits.hits`` is replaced by the page.
+
+The fingerprints come back through one of two *channels*:
+
+* ``_source`` when the client gets the whole ``_source`` anyway (``neardup`` is part of it);
+* ``fields`` otherwise: ``neardup.v``, ``neardup.sig`` and ``neardup.n`` are added to the
+  request's ``fields`` and removed from each hit afterwards, unless the client's own ``fields``
+  patterns ask for them.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from proxy import collapse, filter_path
+from proxy.glob import glob_match
+from proxy.params import Settings
+
+#: Query-string parameters the proxy takes over on a collapsed search.
+_TAKEN_PARAMS = frozenset({"from", "size", "filter_path", "source", "source_content_type"})
+#: Parameters also dropped on tail rounds (the first round already counted and aggregated).
+_TAIL_DROPPED_PARAMS = frozenset({"track_total_hits", "suggest_field", "suggest_text",
+                                  "suggest_mode", "suggest_size", "request_cache"})
+#: Body keys dropped on tail rounds.
+_TAIL_DROPPED_KEYS = ("aggs", "aggregations", "suggest", "profile", "track_total_hits")
+FINGERPRINT_FIELDS = tuple(f"{collapse.FINGERPRINT_FIELD}.{k}" for k in collapse.FINGERPRINT_KEYS)
+MIN_WINDOW = 16
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Why a search is passed through uncollapsed (a short machine-readable reason)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to collapse one search."""
+
+    body: dict[str, Any]                  # the client's body (from the request or ``source=``)
+    params: list[tuple[str, str, str]]    # the client's query parameters minus the taken ones
+    start: int                            # ``from``, in groups
+    size: int                             # in groups
+    settings: Settings
+    max_window: int
+    channel: collapse.Channel
+    added_fields: tuple[str, ...]         # fields entries to remove from the hits afterwards
+    filter: filter_path.FilterPath | None
+    total_as_int: bool
+    pretty: bool
+
+    @property
+    def wanted_groups(self) -> int:
+        return self.start + self.size
+
+    def first_window(self) -> int:
+        """Smallest power of two ≥ max(16, 1.25·(from+size)), capped by ``max_window``."""
+        need = max(MIN_WINDOW, -(-self.wanted_groups * 5 // 4))
+        window = MIN_WINDOW
+        while window < need:
+            window *= 2
+        return min(window, self.max_window)
+
+
+def _int_param(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _names(spec: Any) -> list[str] | None:
+    """Field names/patterns of ``fields``/``docvalue_fields``/``stored_fields``; None if malformed."""
+    if spec is None:
+        return []
+    if isinstance(spec, str):
+        return [s.strip() for s in spec.split(",") if s.strip()]
+    if not isinstance(spec, list):
+        return None
+    names = []
+    for entry in spec:
+        if isinstance(entry, str):
+            names.append(entry)
+        elif isinstance(entry, dict) and isinstance(entry.get("field"), str):
+            names.append(entry["field"])
+        else:
+            return None
+    return names
+
+
+def _matches_fingerprint(patterns: Sequence[str]) -> list[str]:
+    return [name for name in FINGERPRINT_FIELDS if any(glob_match(p, name) for p in patterns)]
+
+
+def _is_true(value: str) -> bool:
+    return value == "" or value.lower() == "true"
+
+
+def plan_search(body: dict[str, Any], params: list[tuple[str, str, str]], settings: Settings,
+                max_window: int) -> Plan | Skip:
+    """Decide whether and how a search (its body and query parameters) is collapsed."""
+    query = {name: value for name, value, _ in params}
+    if "scroll" in query:
+        return Skip("scroll")
+    if "search_after" in body:
+        return Skip("search_after")
+    if "collapse" in body:
+        return Skip("native_collapse")
+    start = _int_param(query.get("from", body.get("from", 0)))
+    size = _int_param(query.get("size", body.get("size", 10)))
+    if start is None or size is None or start < 0 or size < 0:
+        return Skip("invalid_from_size")  # Elasticsearch answers it
+    if size == 0:
+        return Skip("size_0")
+    try:
+        client_filter = filter_path.parse(query.get("filter_path", ""))
+    except filter_path.UnsupportedFilterPath:
+        return Skip("unsupported_filter_path")
+    stored = _names(query.get("stored_fields", body.get("stored_fields")))
+    docvalues = _names(query.get("docvalue_fields", body.get("docvalue_fields")))
+    fields = _names(body.get("fields"))
+    script_fields = body.get("script_fields", {})
+    if stored is None or docvalues is None or fields is None or not isinstance(script_fields, dict):
+        return Skip("unexpected_field_options")
+    if "_none_" in stored:
+        return Skip("stored_fields_none")
+    if _matches_fingerprint(stored) or _matches_fingerprint(docvalues) or \
+            _matches_fingerprint(list(script_fields)):
+        return Skip("fingerprint_field_requested")
+    source_params = {"_source", "_source_includes", "_source_excludes"} & query.keys()
+    whole_source = (body.get("_source", True) is True and not stored
+                    and (not source_params or (source_params == {"_source"}
+                                               and query["_source"].lower() == "true")))
+    channel: collapse.Channel = "_source" if whole_source else "fields"
+    added: tuple[str, ...] = ()
+    if channel == "fields":
+        wanted = set(_matches_fingerprint(fields))
+        added = tuple(name for name in FINGERPRINT_FIELDS if name not in wanted)
+    return Plan(
+        body=body,
+        params=[p for p in params if p[0] not in _TAKEN_PARAMS],
+        start=start, size=size, settings=settings, max_window=max_window,
+        channel=channel, added_fields=added, filter=client_filter,
+        total_as_int=_is_true(query["rest_total_hits_as_int"]) if "rest_total_hits_as_int" in query else False,
+        pretty=_is_true(query["pretty"]) if "pretty" in query else False,
+    )
+
+
+def round_request(plan: Plan, offset: int, count: int) -> tuple[str, dict[str, Any]]:
+    """(query string, body) of the upstream request for hits ``[offset, offset+count)``."""
+    body = dict(plan.body)
+    params = plan.params
+    if offset > 0:
+        for key in _TAIL_DROPPED_KEYS:
+            body.pop(key, None)
+        params = [p for p in params if p[0] not in _TAIL_DROPPED_PARAMS]
+        if not plan.total_as_int:  # rest_total_hits_as_int needs accurate totals
+            body["track_total_hits"] = False
+    body["from"], body["size"] = offset, count
+    if plan.added_fields:
+        body["fields"] = list(body.get("fields") or []) + list(plan.added_fields)
+    return "&".join(raw for _, _, raw in params), body
+
+
+@dataclass
+class Window:
+    """The hits fetched so far for one plan, and the first round's response."""
+
+    plan: Plan
+    first: dict[str, Any] | None = None
+    hits: list[Any] = field(default_factory=list)
+    took: int = 0
+    exhausted: bool = False
+
+    def add_round(self, response: Any, requested: int) -> None:
+        """Append one round's hits; raises :class:`collapse.CollapseError` on a strange shape."""
+        if not isinstance(response, dict):
+            raise collapse.CollapseError("search response is not an object")
+        hits = response.get("hits")
+        page = hits.get("hits") if isinstance(hits, dict) else None
+        if not isinstance(page, list):
+            raise collapse.CollapseError("search response has no hits.hits array")
+        if self.first is None:
+            self.first = response
+        took = response.get("took")
+        self.took += took if isinstance(took, int) else 0
+        self.hits.extend(page)
+        self.exhausted = len(page) < requested
+
+    def next_round(self, groups: int) -> tuple[int, int] | None:
+        """(offset, count) of the next round, or None when the window is final."""
+        fetched = len(self.hits)
+        if groups >= self.plan.wanted_groups or self.exhausted or fetched >= self.plan.max_window:
+            return None
+        return fetched, min(fetched, self.plan.max_window - fetched)
+
+
+def finish(window: Window, groups: list[list[int]], fingerprinted: int) -> dict[str, Any]:
+    """The client's response: the first round's metadata, the collapsed page, the summary."""
+    plan = window.plan
+    assert window.first is not None
+    for hit in window.hits:
+        collapse.strip_fields(hit, plan.added_fields, had_fields=False)
+    page = collapse.build_page(window.hits, groups, plan.start, plan.size, plan.total_as_int)
+    response = dict(window.first)
+    response["took"] = window.took
+    response["hits"] = {**window.first["hits"], "hits": page.hits}
+    complete = len(groups) >= plan.wanted_groups or window.exhausted
+    response[collapse.SUMMARY_KEY] = collapse.summary(
+        page, plan.settings.threshold, plan.settings.mode, len(window.hits), fingerprinted, complete)
+    return response
+
+
+def apply_filter(plan_filter: filter_path.FilterPath | None, response: Any) -> Any:
+    return plan_filter.apply(response) if plan_filter is not None else response
+
+
+def deep_copy_body(body: dict[str, Any]) -> dict[str, Any]:
+    return copy.deepcopy(body)

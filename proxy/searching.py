@@ -1,0 +1,370 @@
+"""The request path of collapsed searches: read, plan, fetch the window in rounds, answer.
+
+The imperative shell around :mod:`proxy.search` (planning, merging) and :mod:`proxy.collapse`
+(grouping). Anything unexpected in an upstream response makes the proxy *fail open*: it sends the
+client's original request upstream again and streams that answer back unchanged (logged, counted
+in ``neardup_proxy_fail_open_total``). A 4xx answer to a rewritten search is replaced the same way
+by Elasticsearch's answer to the original request, so the client sees Elasticsearch's own error.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from proxy import collapse, errors, filter_path, jsonio
+from proxy import http as httpx
+from proxy.params import Controls, Settings, resolve, split_query
+from proxy.routes import index_of
+from proxy.search import Plan, Skip, Window, apply_filter, finish, plan_search, round_request
+
+if TYPE_CHECKING:
+    from proxy.app import ProxyState
+
+log = logging.getLogger("neardup.proxy")
+
+#: Reasons to refuse ``neardup=on`` with 400, as Elasticsearch refuses ``collapse`` there.
+_REFUSED_WHEN_FORCED = {
+    "scroll": "cannot collapse near-duplicates in a scroll context",
+    "search_after": "cannot collapse near-duplicates of a search_after page "
+                    "(use from/size, or neardup=off)",
+    "native_collapse": "cannot combine neardup collapsing with [collapse]",
+}
+#: Per-item parameters of ``_msearch``'s query string that change each search's response.
+_MSEARCH_ITEM_PARAMS = ("rest_total_hits_as_int",)
+_NON_JSON_ACCEPT = ("yaml", "cbor", "smile")
+
+
+class FailOpen(Exception):
+    """Collapsing this response is impossible; answer with the upstream's answer to the original."""
+
+
+@dataclass
+class Incoming:
+    """The client's request as the search path needs it."""
+
+    request: web.Request
+    raw_path: str
+    query: str          # without the neardup controls
+    raw_body: bytes     # exactly as received (maybe gzip)
+    body: bytes         # decoded
+
+    @property
+    def path_qs(self) -> str:
+        return self.raw_path + ("?" + self.query if self.query else "")
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The whole request body as received; 413 when it exceeds ``limit`` bytes."""
+    declared = request.content_length
+    if declared is not None and declared > limit:
+        raise errors.body_too_large(declared, limit)
+    data = bytearray()
+    async for chunk in request.content.iter_any():
+        data += chunk
+        if len(data) > limit:
+            raise errors.body_too_large(None, limit)
+    return bytes(data)
+
+
+async def receive(request: web.Request, raw_path: str, query: str, limit: int) -> Incoming:
+    raw = await read_body(request, limit)
+    body = httpx.decode_body(raw, request.headers.get("Content-Encoding"), limit)
+    return Incoming(request, raw_path, query, raw, body)
+
+
+def _accepts_json(request: web.Request) -> bool:
+    accept = request.headers.get("Accept", "").lower()
+    return not any(kind in accept for kind in _NON_JSON_ACCEPT)
+
+
+def _upstream_headers(request: web.Request, content_type: str) -> list[tuple[str, str]]:
+    headers = httpx.request_headers(
+        request.headers, drop=("content-length", "content-encoding", "accept-encoding", "content-type"))
+    headers.append(("Content-Type", content_type))
+    return headers
+
+
+async def _fetch(state: "ProxyState", incoming: Incoming, path_qs: str,
+                 headers: list[tuple[str, str]], body: bytes) -> tuple[int, Any, bytes]:
+    """(status, upstream headers, decoded body) of one upstream round."""
+    response = await state.upstream.send(incoming.request.method, path_qs, headers, body)
+    raw = await state.upstream.read(response)
+    try:
+        raw = httpx.gunzip_response(raw, response.headers.get("Content-Encoding"))
+    except (OSError, EOFError, ValueError) as exc:
+        raise FailOpen(f"undecodable upstream body: {exc}") from None
+    if not httpx.is_json(response.headers.get("Content-Type")):
+        raise FailOpen(f"upstream answered {response.content_type}, not JSON")
+    return response.status, response.headers, raw
+
+
+def _respond(incoming: Incoming, status: int, upstream_headers: Any, value: Any,
+             pretty: bool) -> web.Response:
+    body = jsonio.dumps(value, pretty=pretty)
+    headers = httpx.response_headers(upstream_headers, drop=("content-length", "content-encoding"))
+    response = web.Response(status=status, body=None)
+    for name, item in headers:
+        response.headers.add(name, item)
+    if httpx.accepts_gzip(incoming.request.headers.get("Accept-Encoding")):
+        body = httpx.gzip_bytes(body)
+        response.headers["Content-Encoding"] = "gzip"
+    response.body = body
+    return response
+
+
+async def _pass(state: "ProxyState", incoming: Incoming, reason: str | None) -> web.StreamResponse:
+    from proxy.app import forward
+
+    incoming.request["outcome"] = f"passed:{reason}" if reason else "passed"
+    extra = [("X-Neardup-Skipped", reason)] if reason else []
+    return await forward(incoming.request, incoming.raw_path, incoming.query,
+                         body=incoming.raw_body, extra_headers=extra)
+
+
+async def _fail_open(state: "ProxyState", incoming: Incoming, exc: BaseException) -> web.StreamResponse:
+    log.warning("collapse failed, answering uncollapsed: %s: %s", type(exc).__name__, exc,
+                extra={"fields": {"event": "fail_open", "path": incoming.raw_path,
+                                  "error.type": type(exc).__name__, "error.message": str(exc)}})
+    state.metrics.inc("neardup_proxy_fail_open_total")
+    response = await _pass(state, incoming, "fail_open")
+    incoming.request["outcome"] = "fail_open"
+    return response
+
+
+def _record(state: "ProxyState", incoming: Incoming, collapsed: int) -> None:
+    incoming.request["outcome"] = "collapsed"
+    state.metrics.inc("neardup_proxy_hits_collapsed_total", collapsed)
+
+
+# -- _search --------------------------------------------------------------------------------
+async def search(state: "ProxyState", request: web.Request, raw_path: str, query: str,
+                 settings: Settings) -> web.StreamResponse:
+    incoming = await receive(request, raw_path, query, state.config.proxy.max_body_bytes)
+    content_type = request.headers.get("Content-Type")
+    if incoming.body.strip() and content_type and not httpx.is_json(content_type):
+        return await _pass(state, incoming, "non_json_body")
+    if not _accepts_json(request):
+        return await _pass(state, incoming, "non_json_accept")
+    params = split_query(query)
+    try:
+        body = _parse_search_body(incoming.body, params)
+    except ValueError:
+        return await _pass(state, incoming, "unparsable_body")  # Elasticsearch explains
+    plan = plan_search(body, params, settings, state.config.collapse.max_window)
+    if isinstance(plan, Skip):
+        if settings.forced and plan.reason in _REFUSED_WHEN_FORCED:
+            raise errors.illegal_argument(_REFUSED_WHEN_FORCED[plan.reason] + " [neardup=on]")
+        return await _pass(state, incoming, plan.reason)
+    try:
+        return await _collapse_one(state, incoming, plan)
+    except FailOpen as exc:
+        return await _fail_open(state, incoming, exc)
+    except errors.ProxyError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any collapse bug must fail open, never 500
+        return await _fail_open(state, incoming, exc)
+
+
+def _parse_search_body(body: bytes, params: list[tuple[str, str, str]]) -> dict[str, Any]:
+    text = body if body.strip() else next((v.encode() for n, v, _ in params if n == "source"), b"")
+    if not text.strip():
+        return {}
+    value = jsonio.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError("search body is not an object")
+    return value
+
+
+async def _collapse_one(state: "ProxyState", incoming: Incoming, plan: Plan) -> web.StreamResponse:
+    request = incoming.request
+    content_type = request.headers.get("Content-Type")
+    headers = _upstream_headers(request, content_type if httpx.is_json(content_type)
+                                else httpx.json_content_type_for(request.headers.get("Accept")))
+    window = Window(plan)
+    offset, count = 0, plan.first_window()
+    first_headers = None
+    while True:
+        qs, body = round_request(plan, offset, count)
+        status, upstream_headers, raw = await _fetch(
+            state, incoming, incoming.raw_path + ("?" + qs if qs else ""), headers, jsonio.dumps(body))
+        if status != 200:
+            if offset == 0 and 400 <= status < 500 and status != 429:
+                return await _pass(state, incoming, f"upstream_{status}")
+            if offset == 0:
+                return _raw_response(incoming, status, upstream_headers, raw)
+            raise FailOpen(f"upstream answered {status} to a tail round")
+        first_headers = first_headers or upstream_headers
+        try:
+            window.add_round(jsonio.loads(raw), count)
+        except ValueError as exc:
+            raise FailOpen(str(exc)) from None
+        groups, fingerprinted = collapse.group(window.hits, plan.channel, plan.settings.threshold,
+                                               plan.settings.mode, state.algorithms)
+        following = window.next_round(len(groups))
+        if following is None:
+            break
+        offset, count = following
+    response = finish(window, groups, fingerprinted)
+    _record(state, incoming, response[collapse.SUMMARY_KEY]["collapsed"])
+    return _respond(incoming, 200, first_headers, apply_filter(plan.filter, response), plan.pretty)
+
+
+def _raw_response(incoming: Incoming, status: int, upstream_headers: Any, raw: bytes) -> web.Response:
+    headers = httpx.response_headers(upstream_headers, drop=("content-length", "content-encoding"))
+    response = web.Response(status=status, body=raw)
+    for name, value in headers:
+        response.headers.add(name, value)
+    incoming.request["outcome"] = f"upstream_{status}"
+    return response
+
+
+# -- _msearch -------------------------------------------------------------------------------
+@dataclass
+class Item:
+    header: bytes
+    body: bytes
+    plan: Plan | None
+    window: Window | None = None
+    result: Any = None
+    pending: tuple[int, int] | None = None   # next (offset, count) for a planned item
+    original: bool = False                   # send the original body next (fallback)
+    groups: list[list[int]] = field(default_factory=list)
+    fingerprinted: int = 0
+
+
+async def msearch(state: "ProxyState", request: web.Request, raw_path: str, query: str,
+                  controls: Controls) -> web.StreamResponse:
+    incoming = await receive(request, raw_path, query, state.config.proxy.max_body_bytes)
+    content_type = request.headers.get("Content-Type")
+    if content_type and not httpx.is_ndjson(content_type):
+        return await _pass(state, incoming, "non_json_body")
+    if not _accepts_json(request):
+        return await _pass(state, incoming, "non_json_accept")
+    params = split_query(query)
+    try:
+        client_filter = filter_path.parse(next((v for n, v, _ in params if n == "filter_path"), ""))
+    except filter_path.UnsupportedFilterPath:
+        return await _pass(state, incoming, "unsupported_filter_path")
+    try:
+        items = _parse_msearch(incoming.body, params, controls, state, index_of(raw_path))
+    except ValueError:
+        return await _pass(state, incoming, "unparsable_body")
+    if not any(item.plan for item in items):
+        return await _pass(state, incoming, "nothing_to_collapse")
+    try:
+        return await _collapse_many(state, incoming, items, params, client_filter)
+    except errors.ProxyError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - fail open on anything unexpected
+        return await _fail_open(state, incoming, exc)
+
+
+def _parse_msearch(body: bytes, params: list[tuple[str, str, str]], controls: Controls,
+                   state: "ProxyState", path_index: str) -> list[Item]:
+    lines = body.split(b"\n")
+    if lines and not lines[-1].strip():
+        lines.pop()
+    if len(lines) % 2:
+        raise ValueError("odd number of lines")
+    item_params = [p for p in params if p[0] in _MSEARCH_ITEM_PARAMS]
+    items = []
+    for k in range(0, len(lines), 2):
+        header = jsonio.loads(lines[k]) if lines[k].strip() else {}
+        search_body = jsonio.loads(lines[k + 1]) if lines[k + 1].strip() else {}
+        if not isinstance(header, dict) or not isinstance(search_body, dict):
+            raise ValueError("msearch line is not an object")
+        index = header.get("index", path_index)
+        index = ",".join(map(str, index)) if isinstance(index, list) else str(index)
+        settings = resolve(controls, state.config.collapse, index)
+        plan = None
+        if settings.enabled:
+            planned = plan_search(search_body, item_params, settings, state.config.collapse.max_window)
+            if isinstance(planned, Plan) and planned.filter is None:
+                plan = planned
+        item = Item(lines[k].rstrip(b"\r") or b"{}", lines[k + 1], plan)
+        if plan is not None:
+            item.window = Window(plan)
+            item.pending = (0, plan.first_window())
+        else:
+            item.original = True
+        items.append(item)
+    return items
+
+
+async def _collapse_many(state: "ProxyState", incoming: Incoming, items: list[Item],
+                         params: list[tuple[str, str, str]],
+                         client_filter: filter_path.FilterPath | None) -> web.StreamResponse:
+    request = incoming.request
+    content_type = request.headers.get("Content-Type")
+    if not content_type:
+        content_type = httpx.json_content_type_for(request.headers.get("Accept")).replace("+json", "+x-ndjson") \
+            if "compatible-with" in request.headers.get("Accept", "") else "application/x-ndjson"
+    headers = _upstream_headers(request, content_type)
+    upstream_query = "&".join(raw for name, _, raw in params if name != "filter_path")
+    path_qs = incoming.raw_path + ("?" + upstream_query if upstream_query else "")
+    first: dict[str, Any] | None = None
+    first_headers = None
+    took = 0
+    pretty = any(name == "pretty" and value in ("", "true") for name, value, _ in params)
+    while True:
+        batch = [item for item in items if item.result is None and (item.original or item.pending)]
+        if not batch:
+            break
+        lines = []
+        for item in batch:
+            if item.original:
+                lines += [item.header, item.body]
+            else:
+                assert item.plan is not None and item.pending is not None
+                _, body = round_request(item.plan, *item.pending)
+                lines += [item.header, jsonio.dumps(body)]
+        status, upstream_headers, raw = await _fetch(state, incoming, path_qs, headers,
+                                                     b"\n".join(lines) + b"\n")
+        if status != 200:
+            if first is None and 400 <= status < 500 and status != 429:
+                return await _pass(state, incoming, f"upstream_{status}")
+            if first is None:
+                return _raw_response(incoming, status, upstream_headers, raw)
+            raise FailOpen(f"upstream answered {status} to a tail round")
+        reply = jsonio.loads(raw)
+        responses = reply.get("responses") if isinstance(reply, dict) else None
+        if not isinstance(responses, list) or len(responses) != len(batch):
+            raise FailOpen("msearch response does not hold one response per search")
+        if first is None:
+            first, first_headers = reply, upstream_headers
+        took += reply.get("took", 0) if isinstance(reply.get("took"), int) else 0
+        for item, answer in zip(batch, responses):
+            _advance_item(state, item, answer)
+    collapsed = 0
+    results = []
+    for item in items:
+        if item.window is not None and item.result is None:
+            item.result = finish(item.window, item.groups, item.fingerprinted)
+            collapsed += item.result[collapse.SUMMARY_KEY]["collapsed"]
+        results.append(item.result)
+    assert first is not None
+    _record(state, incoming, collapsed)
+    response = {**first, "took": took, "responses": results}
+    return _respond(incoming, 200, first_headers, apply_filter(client_filter, response), pretty)
+
+
+def _advance_item(state: "ProxyState", item: Item, answer: Any) -> None:
+    """Take one search's answer of a round: final, or schedule its next round or its fallback."""
+    if item.original:
+        item.result = answer
+        return
+    assert item.window is not None and item.plan is not None and item.pending is not None
+    ok = isinstance(answer, dict) and answer.get("status", 200) == 200 and "error" not in answer
+    if not ok:
+        # Let Elasticsearch answer the client's own search (its error, or its success).
+        item.original, item.window, item.pending = True, None, None
+        return
+    window, plan = item.window, item.plan
+    window.add_round(answer, item.pending[1])
+    item.groups, item.fingerprinted = collapse.group(
+        window.hits, plan.channel, plan.settings.threshold, plan.settings.mode, state.algorithms)
+    item.pending = window.next_round(len(item.groups))

@@ -1,0 +1,129 @@
+"""Running the proxy: one worker in this process, or N forked workers sharing one socket.
+
+The parent binds the listening socket once and forks the workers, which all accept on it (the
+kernel spreads connections between them). SIGTERM or SIGINT makes every worker stop accepting,
+finish the requests in flight (up to ``proxy.shutdown_timeout`` seconds) and exit; the parent
+forwards the signal and waits. A worker that dies on its own is replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+
+from aiohttp import web
+
+from neardup.config import Config
+from proxy.app import create_app
+
+log = logging.getLogger("neardup.proxy")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def run_worker(config: Config, sock: socket.socket, metrics_dir: str | None = None) -> None:
+    """Serve on ``sock`` until SIGTERM/SIGINT, then shut down gracefully."""
+    app = create_app(config, metrics_dir=metrics_dir)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, auto_decompress=False,
+                           shutdown_timeout=config.proxy.shutdown_timeout)
+    await runner.setup()
+    site = web.SockSite(runner, sock)
+    await site.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    log.info("shutting down: finishing requests in flight (at most %gs)", config.proxy.shutdown_timeout)
+    await runner.cleanup()
+
+
+def serve(config: Config) -> int:
+    """Bind, announce the URL, run ``proxy.workers`` workers until told to stop."""
+    sock = bind(config.proxy.host, config.proxy.port)
+    workers = config.proxy.workers
+    url = url_of(sock)
+    message = (f"neardup proxy listening on {url} (workers: {workers}, "
+               f"upstream: {', '.join(config.upstream.url_strings)})")
+    print(message, flush=True)
+    log.info(message, extra={"fields": {"event": "listening", "url.full": url, "workers": workers}})
+    if workers == 1:
+        asyncio.run(run_worker(config, sock))
+        return 0
+    metrics_dir = tempfile.mkdtemp(prefix="neardup-proxy-metrics-")
+    try:
+        return _supervise(config, sock, workers, metrics_dir)
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _spawn(config: Config, sock: socket.socket, metrics_dir: str) -> int:
+    pid = os.fork()
+    if pid == 0:  # the worker
+        code = 0
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            asyncio.run(run_worker(config, sock, metrics_dir))
+        except BaseException:  # noqa: BLE001 - report and leave the worker
+            log.exception("worker %d failed", os.getpid())
+            code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    return pid
+
+
+def _supervise(config: Config, sock: socket.socket, workers: int, metrics_dir: str) -> int:
+    stopping = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for pid in list(children):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    children: set[int] = set()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    for _ in range(workers):
+        children.add(_spawn(config, sock, metrics_dir))
+    while children:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        children.discard(pid)
+        if not stopping:
+            log.warning("worker %d exited (status %d); starting a new one", pid, status)
+            time.sleep(0.5)
+            children.add(_spawn(config, sock, metrics_dir))
+    sock.close()
+    return 0

@@ -1,0 +1,127 @@
+"""The upstream Elasticsearch nodes: one pooled client session per worker, round robin, timeouts.
+
+* One :class:`aiohttp.ClientSession` per worker process with a keep-alive ``TCPConnector``
+  of ``upstream.max_connections`` connections.
+* Requests go to the nodes in turn; a node that refuses the connection is skipped and the next
+  one tried (the request was not sent, so this is safe for every method).
+* Bytes pass through untouched: no automatic decompression, no headers added by the client
+  library (``User-Agent``, ``Accept``, ``Accept-Encoding``, ``Content-Type`` only if the client
+  sent them).
+* A node that sends nothing for ``upstream.request_timeout`` seconds gives a 504; one that cannot
+  be reached gives a 502 (:mod:`proxy.errors`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import ssl
+from typing import Any, AsyncIterable, Mapping
+
+import aiohttp
+
+from neardup.config import UpstreamConfig
+from proxy import errors, jsonio
+
+#: Headers aiohttp would add on its own; the proxy sends only what the client sent.
+_AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
+
+Body = bytes | AsyncIterable[bytes] | None
+
+
+def ssl_context(config: UpstreamConfig) -> ssl.SSLContext | bool:
+    """TLS settings for https upstreams: the CA bundle, verification on unless switched off."""
+    if not any(url.startswith("https:") for url in config.url_strings):
+        return True
+    if not config.verify_certs:
+        return False
+    context = ssl.create_default_context(cafile=config.ca_certs or None)
+    return context
+
+
+class Upstream:
+    """The pool of upstream nodes of one worker. ``start()`` inside the event loop first."""
+
+    def __init__(self, config: UpstreamConfig) -> None:
+        self.config = config
+        self.urls = config.url_strings
+        self._turn = itertools.cycle(range(len(self.urls)))
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(
+            limit=self.config.max_connections, limit_per_host=0, keepalive_timeout=30,
+            ssl=ssl_context(self.config), enable_cleanup_closed=False)
+        self._session = aiohttp.ClientSession(
+            connector=connector, auto_decompress=False, skip_auto_headers=_AUTO_HEADERS,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.config.connect_timeout,
+                                          sock_read=self.config.request_timeout),
+            cookie_jar=aiohttp.DummyCookieJar(), raise_for_status=False, trust_env=False)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("Upstream.start() was not awaited")
+        return self._session
+
+    async def send(self, method: str, path_qs: str, headers: Mapping[str, str] | list[tuple[str, str]],
+                   body: Body = None, base_url: str | None = None) -> aiohttp.ClientResponse:
+        """Send one request; return the response with its body not yet read (release it!).
+
+        Raises :class:`~proxy.errors.ProxyError` 502/504 on connection failures and timeouts.
+        """
+        order = [base_url] if base_url else self._round_robin()
+        replayable = body is None or isinstance(body, (bytes, bytearray))
+        last_error = ""
+        for url in order:
+            try:
+                return await self.session.request(
+                    method, url + path_qs, headers=headers, data=body,
+                    allow_redirects=False, compress=None, chunked=None)
+            except aiohttp.ClientConnectorError as exc:
+                last_error = f"{url}: {exc.os_error.strerror or exc}" if exc.os_error else f"{url}: {exc}"
+                if not replayable:
+                    break
+            except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+                raise errors.upstream_timeout(self.config.request_timeout) from None
+            except aiohttp.ClientError as exc:
+                raise errors.upstream_broken(f"{type(exc).__name__}: {exc}") from None
+        raise errors.upstream_unreachable(last_error or "no nodes configured")
+
+    def _round_robin(self) -> list[str]:
+        first = next(self._turn)
+        return [self.urls[(first + k) % len(self.urls)] for k in range(len(self.urls))]
+
+    async def read(self, response: aiohttp.ClientResponse) -> bytes:
+        """The whole body of a response, with timeouts and broken connections mapped to 504/502."""
+        try:
+            return await response.read()
+        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+            raise errors.upstream_timeout(self.config.request_timeout) from None
+        except aiohttp.ClientError as exc:
+            raise errors.upstream_broken(f"{type(exc).__name__}: {exc}") from None
+        finally:
+            response.release()
+
+    async def health(self, headers: Mapping[str, str]) -> list[dict[str, Any]]:
+        """``GET /_cluster/health`` on every node (short timeout): reachability and cluster status."""
+        async def probe(url: str) -> dict[str, Any]:
+            try:
+                async with self.session.get(url + "/_cluster/health", headers=headers,
+                                            timeout=aiohttp.ClientTimeout(total=min(5.0, self.config.request_timeout))) as r:
+                    raw = await r.read()
+                    entry: dict[str, Any] = {"url": url, "reachable": True, "http_status": r.status}
+                    if r.status == 200:
+                        try:
+                            entry["cluster_status"] = jsonio.loads(raw).get("status")
+                        except (ValueError, AttributeError):
+                            pass
+                    return entry
+            except Exception as exc:  # noqa: BLE001 - any failure is "unreachable"
+                return {"url": url, "reachable": False, "error": type(exc).__name__}
+        return list(await asyncio.gather(*(probe(url) for url in self.urls)))

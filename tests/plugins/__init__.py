@@ -1,0 +1,1 @@
+"""Shared pytest fixtures, loaded by tests/conftest.py through ``pytest_plugins``."""
