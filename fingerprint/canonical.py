@@ -12,12 +12,17 @@ where noted), are part of the scheme and pinned by the golden test:
 2. **Unicode**: NFKC, then :meth:`str.casefold`, then ``ё`` → ``е``. Combining grave and acute
    accents (Russian stress marks), soft hyphens and zero-width characters are removed, so
    "моло\u0301ко" and "моло\u00adко" are "молоко".
-3. **Tokens**: maximal runs of Unicode letters and digits (``[^\\W_]+``): Cyrillic, Latin,
-   digits and any other script. Everything else (punctuation, ``_``, hyphens, apostrophes,
-   NUL, lone surrogates) separates tokens: "кто-то" → "кто", "то"; "don't" → "don", "t".
+3. **Tokens**: maximal runs of Unicode letters and digits (:meth:`str.isalnum`, the same
+   characters as ``[^\\W_]`` in Python's ``re``): Cyrillic, Latin, digits and any other
+   script. Everything else (punctuation, ``_``, hyphens, apostrophes, NUL, lone surrogates)
+   separates tokens: "кто-то" → "кто", "то"; "don't" → "don", "t". Steps 2 and 3 run on a
+   NumPy array of code points (one table lookup per character), not a regex.
+   Character classes and NFKC come from Python's Unicode database (``unicodedata``), pinned
+   by the Python version; the golden test catches a change.
 4. **Language** (``language``): ``auto`` decides per document from the first
-   :data:`DETECT_TOKENS` tokens: ``ru`` if they hold at least as many Cyrillic letters as
-   Latin ones (and at least one), ``en`` if more Latin letters, else ``none``. The caller can
+   :data:`DETECT_CHARS` characters of the canonical text (of the first piece, for texts
+   long enough to be cut): ``ru`` if they hold at least as many Cyrillic letters as Latin
+   ones (and at least one), ``en`` if more Latin letters, else ``none``. The caller can
    override it per document.
 5. **Words** (``drop_stopwords``, ``lemmatize``), by language:
 
@@ -46,6 +51,7 @@ import html
 import re
 import threading
 import unicodedata
+from functools import lru_cache
 from typing import Callable, Iterable, Literal
 
 import numpy as np
@@ -55,9 +61,9 @@ from fingerprint.params import FingerprintParams
 
 Lang = Literal["ru", "en", "none"]
 
-#: Tokens looked at by automatic language detection (a prefix, so a huge document does
-#: not need two passes and the decision does not depend on how it is chunked).
-DETECT_TOKENS = 4096
+#: Canonical characters looked at by automatic language detection (a prefix, so a huge
+#: document does not need two passes and the decision does not depend on how it is cut).
+DETECT_CHARS = 1 << 16
 
 #: pymorphy3 parts of speech that are function words.
 RU_DROP_POS = frozenset({"PREP", "CONJ", "PRCL", "INTJ", "NPRO"})
@@ -65,12 +71,14 @@ RU_DROP_POS = frozenset({"PREP", "CONJ", "PRCL", "INTJ", "NPRO"})
 RU_DROP_GRAMMEMES = frozenset({"Apro"})
 
 _MARKUP = re.compile(r"<[A-Za-z/!?]")
-_TOKEN = re.compile(r"[^\W_]+")
-# Removed after NFKC: combining grave/acute (stress marks), soft hyphen, zero-width
-# space/joiners, word joiner, BOM.
-_INVISIBLE = re.compile("[\u0300\u0301\u00ad\u200b\u200c\u200d\u2060\ufeff]")
-_INVISIBLE_CHARS = "\u0300\u0301\u00ad\u200b\u200c\u200d\u2060\ufeff"
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_CYRILLIC = re.compile("[\u0400-\u04ff]")
+
+#: Removed after casefolding (not separators): combining grave and acute accents (Russian
+#: stress marks), soft hyphen, zero-width space / non-joiner / joiner, word joiner, BOM.
+INVISIBLE = "\u0300\u0301\u00ad\u200b\u200c\u200d\u2060\ufeff"
+_SPACE = 0x20
+_DELETE = 0
 
 
 def strip_markup(text: str) -> str:
@@ -90,40 +98,72 @@ def strip_markup(text: str) -> str:
     return root.text(separator=" ") if root is not None else ""
 
 
-def normalise(text: str) -> str:
-    """NFKC, casefold, ё→е, invisible characters removed (step 2)."""
-    text = unicodedata.normalize("NFKC", text).casefold().replace("ё", "е")
-    if any(ch in text for ch in _INVISIBLE_CHARS):
-        text = _INVISIBLE.sub("", text)
-    return text
+@lru_cache(maxsize=1)
+def _bmp_map() -> np.ndarray:
+    """Code point → canonical code point for the Basic Multilingual Plane.
+
+    Letters and digits (``str.isalnum``, exactly the ``[^\\W_]`` of Python's ``re``) map to
+    themselves, except ``ё`` → ``е``; :data:`INVISIBLE` characters map to 0 (deleted); every
+    other code point maps to a space. Built once per process (~15 ms).
+    """
+    table = np.array([c if chr(c).isalnum() else _SPACE for c in range(0x10000)], dtype=np.uint32)
+    table[ord("ё")] = ord("е")
+    for ch in INVISIBLE:
+        table[ord(ch)] = _DELETE
+    table.setflags(write=False)
+    return table
+
+
+def canonical_codes(text: str) -> np.ndarray:
+    """Steps 2 and 3 as an array: the NFKC-casefolded text as ``uint32`` code points with
+    ё → е, invisible characters removed and every non-word character replaced by a space.
+    """
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    codes = np.frombuffer(folded.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    mapped = _bmp_map()[np.minimum(codes, 0xFFFF)]  # U+FFFF is a non-character: a space
+    astral = np.flatnonzero(codes > 0xFFFF)
+    if astral.size:
+        mapped[astral] = [c if chr(c).isalnum() else _SPACE for c in codes[astral].tolist()]
+    if folded and np.count_nonzero(mapped == _DELETE):
+        mapped = mapped[mapped != _DELETE]
+    return mapped
+
+
+def split_codes(codes: np.ndarray) -> list[str]:
+    """The tokens of :func:`canonical_codes` output (runs of non-space code points)."""
+    return codes.tobytes().decode("utf-32-le").split()
+
+
+def token_spans(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the tokens of :func:`canonical_codes` output (end exclusive)."""
+    word = np.empty(len(codes) + 2, dtype=np.int8)
+    word[0] = word[-1] = 0
+    np.not_equal(codes, _SPACE, out=word[1:-1])
+    edges = np.diff(word)
+    return np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
 
 
 def tokenise(text: str) -> list[str]:
-    """Maximal runs of Unicode letters and digits (step 3). ``text`` is already normalised."""
-    return _TOKEN.findall(text)
+    """Steps 2 and 3: the word tokens of ``text`` (not yet HTML-stripped or filtered)."""
+    return split_codes(canonical_codes(text))
 
 
-def detect_language(tokens: list[str]) -> Lang:
-    """``ru``/``en``/``none`` from the letters of the first :data:`DETECT_TOKENS` tokens.
+def detect_language(codes: np.ndarray) -> Lang:
+    """``ru``/``en``/``none`` from the first :data:`DETECT_CHARS` canonical code points.
 
-    Counts Cyrillic letters (U+0400–U+04FF) and Latin letters (a–z after casefolding, plus
-    U+00C0–U+024F). ``ru`` if Cyrillic ≥ Latin and Cyrillic > 0; ``en`` if Latin > Cyrillic;
-    ``none`` if neither occurs (digits only, other scripts).
+    Counts Cyrillic letters (U+0400–U+04FF) and Latin letters (a–z, U+00C0–U+024F). ``ru``
+    if Cyrillic ≥ Latin and Cyrillic > 0; ``en`` if Latin > Cyrillic; ``none`` if neither
+    occurs (digits only, other scripts).
     """
-    if not tokens:
-        return "none"
-    sample = "".join(tokens[:DETECT_TOKENS]).encode("utf-16-le", "surrogatepass")
-    codes = np.frombuffer(sample, dtype=np.uint16)
-    cyrillic = int(np.count_nonzero((codes >= 0x0400) & (codes <= 0x04FF)))
-    latin = int(np.count_nonzero(((codes >= 0x61) & (codes <= 0x7A)) | ((codes >= 0xC0) & (codes <= 0x24F))))
+    sample = codes[:DETECT_CHARS]
+    cyrillic = int(np.count_nonzero((sample >= 0x0400) & (sample <= 0x04FF)))
+    latin = int(np.count_nonzero(((sample >= 0x61) & (sample <= 0x7A)) | ((sample >= 0xC0) & (sample <= 0x24F))))
     if cyrillic and cyrillic >= latin:
         return "ru"
     if latin:
         return "en"
     return "none"
 
-
-_CYRILLIC = re.compile("[\u0400-\u04ff]")
 
 _morph = None
 _morph_lock = threading.Lock()

@@ -20,15 +20,17 @@ piece boundaries, so the result equals that of the unsplit text.
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 
-from fingerprint.canonical import DETECT_TOKENS, Lang, WordNormaliser, detect_language, normalise, strip_markup, tokenise
-from fingerprint.hashing import (DROPPED, megashingles, minhash, permutations, shingle_hashes,
-                                 supershingles, token_hash)
+from fingerprint.canonical import (Lang, WordNormaliser, canonical_codes, detect_language, split_codes, strip_markup,
+                                  token_spans)
+from fingerprint.hashing import (DROPPED, U64_MAX, megashingles, minhash, permutations, shingle_hashes,
+                                 supershingles, token_hash, word_ids)
 from fingerprint.model import Fingerprint, empty_fingerprint, make_fingerprint
 from fingerprint.params import FingerprintParams, scheme_version
+from fingerprint.wordcache import WordHashCache
 
 #: Longer texts are canonicalised in pieces of about this many characters.
 PIECE_CHARS = 1 << 20
@@ -36,11 +38,12 @@ _LANGUAGES = ("auto", "ru", "en", "none")
 _LAST_SPACE = re.compile(r"\s(?=\S*\Z)")
 
 
-def _pieces(text: str) -> Iterable[str]:
-    """Cut ``text`` into pieces of at most ~:data:`PIECE_CHARS` characters at whitespace.
+def _pieces(text: str) -> Iterator[str]:
+    """Cut ``text`` into pieces of at most :data:`PIECE_CHARS` characters at whitespace.
 
-    NFKC never composes across whitespace and tokens never contain it, so cutting there
-    changes nothing. A stretch of 4096 characters without whitespace is cut where it is.
+    NFKC and casefolding never act across whitespace and tokens never contain it, so
+    cutting there changes nothing. A stretch of 4096 characters without any whitespace is
+    cut where it is (the only case where a piece boundary can split a token).
     """
     start = 0
     while len(text) - start > PIECE_CHARS:
@@ -52,17 +55,15 @@ def _pieces(text: str) -> Iterable[str]:
     yield text[start:]
 
 
-def _with_last(items: Iterable[str]) -> Iterable[tuple[str, bool]]:
-    """``(item, is_last)`` pairs."""
-    iterator = iter(items)
-    try:
-        current = next(iterator)
-    except StopIteration:
-        return
-    for following in iterator:
-        yield current, False
-        current = following
-    yield current, True
+def _unique(values: np.ndarray) -> np.ndarray:
+    """Sorted distinct values (sorts ``values`` in place)."""
+    values.sort()
+    if values.size < 2:
+        return values
+    keep = np.empty(values.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(values[1:], values[:-1], out=keep[1:])
+    return values[keep]
 
 
 class Fingerprinter:
@@ -78,7 +79,7 @@ class Fingerprinter:
         self.cache_size = cache_size
         self._a, self._b = permutations(self.params.seed, self.params.num_perm)
         self._normalisers: dict[str, WordNormaliser] = {}
-        self._hash_caches: dict[str, dict[str, int]] = {}
+        self._word_caches: dict[str, WordHashCache] = {}
 
     # ---- canonical text -------------------------------------------------------------
 
@@ -89,6 +90,7 @@ class Fingerprinter:
         return chosen
 
     def normaliser(self, language: Lang) -> WordNormaliser:
+        """The (cached) word step for one language."""
         found = self._normalisers.get(language)
         if found is None:
             found = self._normalisers[language] = WordNormaliser(language, self.params, self.cache_size)
@@ -99,40 +101,49 @@ class Fingerprinter:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         return strip_markup(text) if self.params.strip_html else text
 
+    def _canonical_pieces(self, text: str, language: str | None) -> Iterator[tuple[np.ndarray, Lang]]:
+        """(canonical code points, language) for each piece of ``text`` (steps 1–4)."""
+        chosen = self._language(language)
+        lang: Lang | None = None if chosen == "auto" else chosen  # type: ignore[assignment]
+        for piece in _pieces(self._plain(text)):
+            codes = canonical_codes(piece)
+            if lang is None:
+                lang = detect_language(codes)
+            yield codes, lang
+
     def canonical_tokens(self, text: str, language: str | None = None) -> list[str]:
         """The canonical words of ``text`` in order (see :mod:`fingerprint.canonical`)."""
-        chosen = self._language(language)
-        words: list[str] = []
-        for piece in _pieces(self._plain(text)):
-            words += tokenise(normalise(piece))
-        lang: Lang = detect_language(words) if chosen == "auto" else chosen  # type: ignore[assignment]
-        return [w for w in self.normaliser(lang).normalise_words(words) if w is not None]
+        out: list[str] = []
+        for codes, lang in self._canonical_pieces(text, language):
+            words = self.normaliser(lang).normalise_words(split_codes(codes))
+            out += [w for w in words if w is not None]
+        return out
 
     def detect_language(self, text: str) -> Lang:
         """The language ``auto`` would choose for ``text``."""
-        return detect_language(tokenise(normalise(next(iter(_pieces(self._plain(text)))))))
+        return detect_language(canonical_codes(next(_pieces(self._plain(text)))))
 
     # ---- hashing ----------------------------------------------------------------------
 
-    def _token_hashes(self, words: list[str], language: Lang) -> np.ndarray:
-        """uint64 hashes of the canonical forms of ``words``, dropped words removed."""
-        cache = self._hash_caches.get(language)
-        if cache is None:
-            cache = self._hash_caches[language] = {}
-        try:
-            values = [cache[w] for w in words]
-        except KeyError:
-            known = {w: cache.get(w) for w in set(words)}
-            missing = [w for w, h in known.items() if h is None]
-            seed = self.params.seed
-            canonical = self.normaliser(language).compute(missing)
-            learned = {w: DROPPED if c is None else token_hash(c, seed) for w, c in zip(missing, canonical)}
-            if len(cache) + len(learned) > self.cache_size:
-                cache.clear()
-            cache.update(learned)
-            known.update(learned)
-            values = [known[w] for w in words]
-        hashes = np.array(values, dtype=np.int64)
+    def word_cache(self, language: Lang) -> WordHashCache:
+        """The cache word id → token hash for one language."""
+        found = self._word_caches.get(language)
+        if found is None:
+            found = WordHashCache(self.normaliser(language).compute, self.params.seed, self.cache_size)
+            self._word_caches[language] = found
+        return found
+
+    def _piece_token_hashes(self, codes: np.ndarray, language: Lang) -> np.ndarray:
+        """uint64 token hashes of one piece's canonical code points, dropped words removed.
+
+        Equal to mmh3 of each of ``canonical_tokens`` (same word step), but without a
+        Python string per token: see :mod:`fingerprint.wordcache`.
+        """
+        starts, ends = token_spans(codes)
+        if starts.size == 0:
+            return np.empty(0, dtype=np.uint64)
+        ids = word_ids(codes, starts, ends)
+        hashes = self.word_cache(language).token_hashes(codes, starts, ends, ids)
         if self.params.drop_stopwords:
             hashes = hashes[hashes != DROPPED]
         return hashes.view(np.uint64)
@@ -144,54 +155,42 @@ class Fingerprinter:
 
     def shingles(self, tokens: list[str]) -> np.ndarray:
         """Unique sorted 64-bit shingle hashes of a canonical token list."""
-        return np.unique(shingle_hashes(self.token_hashes(tokens), self.params.shingle_size, self.params.seed))
+        return _unique(shingle_hashes(self.token_hashes(tokens), self.params.shingle_size, self.params.seed))
 
     # ---- fingerprints -----------------------------------------------------------------
 
     def fingerprint(self, text: str, language: str | None = None) -> Fingerprint:
-        """The fingerprint of ``text``. Never raises for a ``str`` (TypeError otherwise)."""
-        chosen = self._language(language)
-        plain = self._plain(text)
-        size, seed = self.params.shingle_size, self.params.seed
-        if len(plain) <= PIECE_CHARS:
-            words = tokenise(normalise(plain))
-            lang: Lang = detect_language(words) if chosen == "auto" else chosen  # type: ignore[assignment]
-            return self.fingerprint_shingles(shingle_hashes(self._token_hashes(words, lang), size, seed))
-        return self._fingerprint_pieces(plain, chosen)
+        """The fingerprint of ``text``. Never raises for a ``str`` (TypeError otherwise).
 
-    def _fingerprint_pieces(self, plain: str, chosen: str) -> Fingerprint:
-        """:meth:`fingerprint` for long text, piece by piece (same result, bounded memory)."""
+        Long texts are processed piece by piece (see the module docstring): the token
+        hashes of each piece, with the last ``shingle_size - 1`` of the previous one
+        prepended, give exactly the windows of the whole text; the running minimum of
+        the piece signatures is the signature of the union; distinct shingles are kept
+        (deduplicated as they come) only to count them.
+        """
         size, seed = self.params.shingle_size, self.params.seed
-        lang: Lang | None = None if chosen == "auto" else chosen  # type: ignore[assignment]
-        signature = np.full(self.params.num_perm, np.uint64(2**64 - 1), dtype=np.uint64)
+        signature = np.full(self.params.num_perm, U64_MAX, dtype=np.uint64)
         distinct: list[np.ndarray] = []
         held = 0
-        carry = np.empty(0, dtype=np.uint64)  # last size-1 token hashes of the text so far
-        total_tokens = 0
-        pending: list[str] = []  # tokens held back until the language is decided
-        for piece, last in _with_last(_pieces(plain)):
-            words = tokenise(normalise(piece))
-            if lang is None:
-                pending += words
-                if len(pending) < DETECT_TOKENS and not last:
-                    continue
-                lang, words, pending = detect_language(pending), pending, []
-            hashes = np.concatenate((carry, self._token_hashes(words, lang)))
-            total_tokens += len(hashes) - len(carry)
+        carry = np.empty(0, dtype=np.uint64)  # the last size-1 token hashes so far
+        for codes, lang in self._canonical_pieces(text, language):
+            hashes = self._piece_token_hashes(codes, lang)
+            if carry.size:
+                hashes = np.concatenate((carry, hashes))
             if len(hashes) >= size:
-                new = np.unique(shingle_hashes(hashes, size, seed))
+                new = _unique(shingle_hashes(hashes, size, seed))
                 np.minimum(signature, minhash(new, self._a, self._b), out=signature)
                 distinct.append(new)
                 held += len(new)
-                if len(distinct) > 1 and held > 4 * len(distinct[0]) + (1 << 20):
-                    distinct = [np.unique(np.concatenate(distinct))]
+                if len(distinct) > 1 and held > 2 * len(distinct[0]) + (1 << 20):
+                    distinct = [_unique(np.concatenate(distinct))]
                     held = len(distinct[0])
-            carry = hashes[len(hashes) - (size - 1):] if size > 1 else hashes[:0]
-        if total_tokens < size:  # the whole text is shorter than one shingle
+                carry = hashes[len(hashes) - size + 1:]
+            else:
+                carry = hashes
+        if not distinct:  # fewer than shingle_size tokens in all: one shingle, or none
             return self.fingerprint_shingles(shingle_hashes(carry, size, seed))
-        merged = np.concatenate(distinct)
-        merged.sort()
-        count = int(np.count_nonzero(merged[1:] != merged[:-1])) + 1
+        count = len(distinct[0]) if len(distinct) == 1 else len(_unique(np.concatenate(distinct)))
         return self._assemble(signature, count)
 
     def fingerprint_fields(self, fields: Iterable[object], language: str | None = None) -> Fingerprint:
@@ -203,9 +202,9 @@ class Fingerprinter:
         size, seed = self.params.shingle_size, self.params.seed
         return self.fingerprint_shingles(shingle_hashes(self.token_hashes(tokens), size, seed))
 
-    def fingerprint_shingles(self, shingle_hashes_: np.ndarray) -> Fingerprint:
+    def fingerprint_shingles(self, hashes: np.ndarray) -> Fingerprint:
         """Fingerprint of a set (or multiset) of 64-bit shingle hashes."""
-        unique = np.unique(np.asarray(shingle_hashes_, dtype=np.uint64))
+        unique = _unique(np.array(hashes, dtype=np.uint64))
         if unique.size == 0:
             return empty_fingerprint(self.version, self.params.num_perm)
         return self._assemble(minhash(unique, self._a, self._b), unique.size)

@@ -4,6 +4,19 @@ All arithmetic is on unsigned 64-bit integers and wraps modulo 2^64 (NumPy ``uin
 arrays wrap silently; Python ints are masked with :data:`MASK64`), so results are the same
 on every platform.
 
+**Word id.** The fast path never builds a Python string per token: it identifies each token
+``c_s … c_{e-1}`` (code points) by a polynomial hash over Z/2^64 with a fixed odd base B,
+finalised with its length::
+
+    P(c) = Σ_{q=s}^{e-1} c_q · B^{e-1-q}  (mod 2^64)      id = fmix64(P ⊕ (e - s) · φ)
+
+computed for all tokens at once from one prefix sum: with ``S_p = Σ_{q<p} c_q B^{-q}``
+(B^{-1} exists mod 2^64 because B is odd), ``P = B^{e-1} (S_e - S_s)``. The id is only a cache
+key for "the canonical form of this word" (looked up, never stored in fingerprints); two
+distinct words of a corpus share an id with probability about (distinct words)² / 2^65
+(≈ 10^-9 for a million distinct words), in which case the later one would reuse the
+earlier one's canonical form.
+
 **Token hash.** ``t(w) = mmh3.hash64(utf8(w), seed)[0]``: MurmurHash3 x64-128, low 64 bits,
 seeded with ``params.seed``. Computed once per distinct canonical word (cached upstream).
 
@@ -114,6 +127,39 @@ def permutations(seed: int, num_perm: int) -> tuple[np.ndarray, np.ndarray]:
     a.setflags(write=False)
     b.setflags(write=False)
     return a, b
+
+
+WORD_BASE = 0x100000001B3  # the 64-bit FNV prime: odd, with well-spread bits
+_WORD_BASE_INV = pow(WORD_BASE, -1, 1 << 64)
+_powers: dict[str, np.ndarray] = {}
+
+
+def _power_table(base: int, length: int, name: str) -> np.ndarray:
+    """base^0 … base^(length-1) mod 2^64, cached and grown by doubling."""
+    table = _powers.get(name)
+    if table is None or len(table) < length:
+        size = max(1 << 16, 1 << (length - 1).bit_length())
+        table = np.empty(size, dtype=np.uint64)
+        table[0] = 1
+        table[1:] = base
+        np.multiply.accumulate(table, out=table)
+        table.setflags(write=False)
+        _powers[name] = table
+    return table
+
+
+def word_ids(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Word ids (see the module docstring) of the tokens ``codes[s:e]``, as ``uint64``."""
+    n = len(codes)
+    inverse = _power_table(_WORD_BASE_INV, n, "inv")[:n]
+    prefix = np.empty(n + 1, dtype=np.uint64)
+    prefix[0] = 0
+    np.multiply(codes, inverse, out=prefix[1:], dtype=np.uint64, casting="unsafe")
+    np.cumsum(prefix, out=prefix)
+    ids = prefix[ends] - prefix[starts]
+    ids *= _power_table(WORD_BASE, n, "pow")[ends - 1]
+    ids ^= (ends - starts).astype(np.uint64) * np.uint64(GOLDEN)
+    return fmix64(ids)
 
 
 def token_hash(token: str, seed: int) -> int:

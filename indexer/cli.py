@@ -38,6 +38,9 @@ def clear_errors(handler: Handler) -> Handler:
         from indexer.client import display_url
         from neardup.upstream import UpstreamError
 
+        if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+            # one line per HTTP request is noise in a job of thousands of requests
+            logging.getLogger("elastic_transport").setLevel(logging.WARNING)
         try:
             return handler(args, config)
         except JobError as exc:
@@ -144,6 +147,163 @@ def _register_index(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=index_command)
 
 
+# --- neardup enrich ----------------------------------------------------------------------------
+
+def _fingerprinter(config: Config):
+    from fingerprint import Fingerprinter
+
+    return Fingerprinter(config.fingerprint)
+
+
+@clear_errors
+def enrich_command(args: argparse.Namespace, config: Config) -> int:
+    from indexer.lines import enrich_stream, open_input
+
+    source = open_input(args.file)
+    try:
+        counts = enrich_stream(source, sys.stdout.buffer, sys.stderr, _fields(args, config), _fingerprinter(config))
+    finally:
+        if source is not sys.stdin.buffer:
+            source.close()
+    print(f"neardup enrich: {counts.describe()}", file=sys.stderr)
+    return EXIT_DOCUMENTS_FAILED if counts.bad else EXIT_OK
+
+
+def _register_enrich(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "enrich", help="add fingerprints to JSON lines (stdin or a file) and write them to stdout",
+        description="Read JSON lines (one document a line) and write each with its fingerprint added "
+        "under 'neardup', one output line per input line, in order. Every other byte of a line is "
+        "kept. Documents without text and bad lines (not UTF-8, not JSON, not an object) are "
+        "written unchanged; bad lines are reported on stderr with their number and make the exit "
+        "status 1. No Elasticsearch is needed.")
+    parser.add_argument("file", nargs="?", metavar="FILE", help="JSON lines file (default: stdin; - also means stdin)")
+    _add_field_option(parser)
+    parser.set_defaults(handler=enrich_command)
+
+
+# --- neardup load ------------------------------------------------------------------------------
+
+def _similarity_settings(args: argparse.Namespace, config: Config) -> tuple[float, str]:
+    from neardup.config import collapse_settings_for
+
+    _, threshold, mode = collapse_settings_for(config.collapse, args.index)
+    return (args.threshold if args.threshold is not None else threshold), (args.mode or mode)
+
+
+def _add_similarity_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threshold", type=_threshold, metavar="T",
+                        help="estimated similarity at or above which two documents are near-duplicates "
+                        "(default: collapse.threshold for the index)")
+    parser.add_argument("--mode", choices=["resemblance", "containment"],
+                        help="resemblance (Jaccard of the shingle sets) or containment (the larger "
+                        "share of one text found in the other); default: collapse.mode for the index")
+
+
+def _retrier(config: Config):
+    from indexer.client import display_url
+    from indexer.retry import Retrier
+
+    return Retrier(display_url(config.upstream), config.indexer.max_retries)
+
+
+@clear_errors
+def load_command(args: argparse.Namespace, config: Config) -> int:
+    from indexer.client import make_client
+    from indexer.lines import open_input
+    from indexer.load import Loader, LoadOptions, format_load_summary
+
+    threshold, mode = _similarity_settings(args, config)
+    options = LoadOptions(index=args.index, fields=_fields(args, config), id_field=args.id_field,
+                          on_duplicate=args.on_duplicate, threshold=threshold, mode=mode,  # type: ignore[arg-type]
+                          batch_size=args.batch_size or config.indexer.batch_size)
+    source = open_input(args.file)
+    check_upstream(config)
+    client = make_client(config.upstream)
+    try:
+        result = Loader(client, _retrier(config), _fingerprinter(config), options, sys.stderr).run(source)
+        if args.refresh:
+            client.indices.refresh(index=args.index)
+    finally:
+        client.close()
+        if source is not sys.stdin.buffer:
+            source.close()
+    if args.json:
+        print(json.dumps({"index": args.index, **result.to_dict()}))
+    else:
+        print(format_load_summary(result, args.index))
+    return EXIT_DOCUMENTS_FAILED if (result.failures.total or result.counts.bad) else EXIT_OK
+
+
+def _register_load(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "load", help="bulk-load JSON lines into an index with fingerprints added",
+        description="Bulk-load JSON lines (one document a line) into an index, adding each "
+        "document's fingerprint in the same pass. The index is created with the neardup mapping "
+        "if it does not exist. With --on-duplicate tag|skip, each document is checked against the "
+        "index and against the documents loaded before it in this run.")
+    parser.add_argument("--index", required=True, metavar="NAME", help="index to load into")
+    parser.add_argument("file", metavar="FILE", help="JSON lines file (- for stdin)")
+    _add_field_option(parser)
+    parser.add_argument("--id-field", default="id", metavar="NAME",
+                        help="field whose value (a string or whole number) becomes the document _id, so "
+                        "loading again replaces instead of duplicating (default: id; '' for ids "
+                        "assigned by Elasticsearch)")
+    parser.add_argument("--on-duplicate", choices=["allow", "tag", "skip"], default="allow",
+                        help="allow: load every document (default); tag: load near-duplicates with "
+                        "neardup.duplicate_of = id of the document they duplicate; skip: do not load "
+                        "near-duplicates")
+    _add_similarity_options(parser)
+    parser.add_argument("--batch-size", type=_positive, metavar="N",
+                        help="documents per bulk request (default: indexer.batch_size)")
+    parser.add_argument("--refresh", action="store_true",
+                        help="refresh the index at the end so the documents are searchable at once")
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    parser.set_defaults(handler=load_command)
+
+
+# --- neardup duplicates --------------------------------------------------------------------------
+
+@clear_errors
+def duplicates_command(args: argparse.Namespace, config: Config) -> int:
+    from fingerprint import scheme_version
+    from indexer.client import make_client
+    from indexer.duplicates import duplicates_json, find_duplicates, format_duplicates
+
+    threshold, mode = _similarity_settings(args, config)
+    check_upstream(config)
+    client = make_client(config.upstream)
+    try:
+        result = find_duplicates(client, _retrier(config), index=args.index, doc_id=args.id,
+                                 version=scheme_version(config.fingerprint), threshold=threshold,
+                                 mode=mode, max_candidates=args.max_candidates,  # type: ignore[arg-type]
+                                 fields=_fields(args, config), routing=args.routing)
+    finally:
+        client.close()
+    print(json.dumps(duplicates_json(result)) if args.json else format_duplicates(result))
+    return EXIT_OK
+
+
+def _register_duplicates(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "duplicates", help="list the near-duplicates of one document of an index",
+        description="List the documents of an index that are near-duplicates of one document: "
+        "candidates share a supershingle or megashingle with it (a terms lookup on the indexed "
+        "neardup fields) and are verified by signature, most similar first.")
+    parser.add_argument("--index", required=True, metavar="NAME", help="index, alias or pattern")
+    parser.add_argument("--id", required=True, metavar="ID", help="_id of the document")
+    parser.add_argument("--routing", metavar="VALUE", help="routing of the document, if it was indexed with one")
+    _add_similarity_options(parser)
+    parser.add_argument("--max-candidates", type=_positive, default=1000, metavar="N",
+                        help="most candidates verified, those sharing the most keys first (default: 1000)")
+    _add_field_option(parser)
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    parser.set_defaults(handler=duplicates_command)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add this module's subcommands to the ``neardup`` parser."""
     _register_index(subparsers)
+    _register_enrich(subparsers)
+    _register_load(subparsers)
+    _register_duplicates(subparsers)

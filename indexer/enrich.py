@@ -65,10 +65,11 @@ def enrich_documents(docs: Iterable[Mapping[str, Any]], fields: Sequence[str],
 
 @dataclass(frozen=True)
 class EnrichedLine:
-    """One input line after enrichment.
+    """One input line, parsed and fingerprinted.
 
     ``outcome`` is ``"ok"``, a no-text outcome (``no_field``, ``non_string``, ``empty``), or
-    ``"bad"`` (``error`` says why; ``text`` is the line as it came in).
+    ``"bad"`` (``error`` says why). ``text`` is the line as it came in (without its newline);
+    ``doc`` the parsed object, as it came in.
     """
 
     outcome: str
@@ -76,6 +77,20 @@ class EnrichedLine:
     doc: dict[str, Any] | None = None
     fingerprint: Fingerprint | None = None
     error: str = ""
+
+    def render(self, extra: Mapping[str, Any] | None = None) -> str:
+        """The line to write: with ``neardup`` (plus ``extra`` keys in it) if it has a fingerprint.
+
+        Without an earlier ``neardup`` key the value is spliced in and every other byte is
+        kept; with one, the object is merged and the line serialised again.
+        """
+        if self.fingerprint is None or self.doc is None:
+            return self.text
+        value = merged_neardup(self.doc.get(FIELD), self.fingerprint)
+        value.update(extra or {})
+        if FIELD in self.doc:
+            return compact_json({**self.doc, FIELD: value})
+        return splice_field(self.text, self.doc, FIELD, value)
 
 
 def compact_json(value: Any) -> str:
@@ -88,13 +103,14 @@ def splice_field(line: str, doc: Mapping[str, Any], name: str, value: Any) -> st
     Only valid when ``name`` is not a key of ``doc``; every other byte stays as it was.
     """
     body = line.rstrip()
-    assert body.endswith("}"), "a JSON object ends with }"
+    if not body.endswith("}"):
+        raise ValueError("a JSON object ends with }")
     separator = "," if doc else ""
     return f"{body[:-1].rstrip()}{separator}{compact_json(name)}:{compact_json(value)}}}"
 
 
 def enrich_line(line: str, fields: Sequence[str], fingerprinter: Fingerprinter) -> EnrichedLine:
-    """Parse one JSON line and add its fingerprint; never raises on bad input."""
+    """Parse one JSON line and fingerprint it; never raises on bad input."""
     text = line.rstrip("\r\n")
     try:
         doc = json.loads(text)
@@ -103,11 +119,4 @@ def enrich_line(line: str, fields: Sequence[str], fingerprinter: Fingerprinter) 
     if not isinstance(doc, dict):
         return EnrichedLine("bad", text, error=f"not a JSON object (a {type(doc).__name__})")
     outcome, fingerprint = compute_fingerprint(doc, fields, fingerprinter)
-    if fingerprint is None:
-        return EnrichedLine(outcome, text, doc)
-    if FIELD in doc:
-        doc[FIELD] = merged_neardup(doc[FIELD], fingerprint)
-        return EnrichedLine("ok", compact_json(doc), doc, fingerprint)
-    enriched = splice_field(text, doc, FIELD, fingerprint.to_source())
-    doc[FIELD] = fingerprint.to_source()
-    return EnrichedLine("ok", enriched, doc, fingerprint)
+    return EnrichedLine(outcome, text, doc, fingerprint)

@@ -128,22 +128,25 @@ def missing_properties(field_mappings: Mapping[str, Mapping[str, Any]],
             if any(f"{FIELD}.{name}" not in field_mappings.get(index, {}) for index in indices)}
 
 
-def field_paths(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """Every mapped field path (objects, leaves and multi-fields) → its type."""
+def field_paths(mapping: Mapping[str, Any], prefix: str = "", *,
+                multi_fields: bool = True) -> dict[str, str]:
+    """Every mapped field path (objects, leaves and, if asked, multi-fields) → its type."""
     paths: dict[str, str] = {}
     for name, definition in mapping.get("properties", {}).items():
         path = f"{prefix}{name}"
         paths[path] = definition.get("type", "object")
         if "properties" in definition:
-            paths.update(field_paths(definition, prefix=f"{path}."))
-        for sub, sub_definition in definition.get("fields", {}).items():
-            paths[f"{path}.{sub}"] = sub_definition.get("type", "object")
+            paths.update(field_paths(definition, prefix=f"{path}.", multi_fields=multi_fields))
+        if multi_fields:
+            for sub, sub_definition in definition.get("fields", {}).items():
+                paths[f"{path}.{sub}"] = sub_definition.get("type", "object")
     return paths
 
 
 def text_fields(mapping: Mapping[str, Any]) -> list[str]:
-    """Mapped fields that hold text (outside ``neardup``), for error messages."""
-    return sorted(path for path, kind in field_paths(mapping).items()
+    """Fields of ``_source`` mapped as text (outside ``neardup``; multi-fields are not in
+    ``_source``, so they are left out), for error messages."""
+    return sorted(path for path, kind in field_paths(mapping, multi_fields=False).items()
                   if kind in TEXT_TYPES and not path.startswith(f"{FIELD}."))
 
 

@@ -20,7 +20,10 @@ from typing import Any
 
 from fingerprint import (Fingerprinter, FingerprintParams, estimated_containment, estimated_resemblance,
                          exact_containment, exact_resemblance)
-from fingerprint.canonical import tokenise
+import re
+
+
+_RAW_TOKEN = re.compile(r"[^\W_]+")
 
 
 class InputError(Exception):
@@ -63,7 +66,7 @@ def similarity_matrices(texts: list[str], params: FingerprintParams, raw: bool =
     """The four N×N matrices of the ``--json`` output (without ``files``)."""
     fp = Fingerprinter(params)
     if raw:
-        token_lists = [tokenise(text.casefold()) for text in texts]
+        token_lists = [_RAW_TOKEN.findall(text.casefold()) for text in texts]
         size = params.shingle_size
         exact_sets = [_raw_shingles(tokens, size) for tokens in token_lists]
         fingerprints = [fp.fingerprint_tokens(tokens) for tokens in token_lists]

@@ -31,6 +31,7 @@ from proxy.fingerprints import default_algorithms
 from proxy.metrics import Metrics
 from proxy.params import parse_controls, resolve, split_query
 from proxy.routes import classify, index_of
+from proxy.searching import OUTCOME, ROUTE
 from proxy.upstream import Upstream
 
 log = logging.getLogger("neardup.proxy")
@@ -71,8 +72,8 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Errors → Elasticsearch error bodies; metrics; one access-log line."""
     state = request.app[STATE]
     started = time.perf_counter()
-    request["route"] = "passthrough"
-    request["outcome"] = None
+    request[ROUTE] = "passthrough"
+    request[OUTCOME] = None
     state.metrics.in_flight += 1
     try:
         response = await handler(request)
@@ -80,7 +81,7 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         kind = _UPSTREAM_ERROR_KINDS.get(exc.type)
         if kind:
             state.metrics.inc("neardup_proxy_upstream_errors_total", kind=kind)
-        request["outcome"] = request["outcome"] or exc.type
+        request[OUTCOME] = request[OUTCOME] or exc.type
         response = error_response(exc)
     except web.HTTPRequestEntityTooLarge:
         response = error_response(errors.body_too_large(request.content_length,
@@ -95,11 +96,11 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     finally:
         state.metrics.in_flight -= 1
     elapsed = time.perf_counter() - started
-    route = request["route"]
+    route = request[ROUTE]
     state.metrics.inc("neardup_proxy_requests_total", route=route, status=str(response.status))
     state.metrics.observe(elapsed, route=route)
-    if route in ("search", "msearch") and request["outcome"]:
-        outcome, _, reason = str(request["outcome"]).partition(":")
+    if route in ("search", "msearch") and request[OUTCOME]:
+        outcome, _, reason = str(request[OUTCOME]).partition(":")
         state.metrics.inc("neardup_proxy_searches_total", outcome=outcome, reason=reason)
     state.metrics.maybe_write_snapshot()
     if access_log.isEnabledFor(logging.INFO):
@@ -117,12 +118,12 @@ def _log_access(request: web.Request, response: web.StreamResponse, elapsed: flo
         "http.response.status_code": response.status,
         "http.response.body.bytes": response.body_length,
         "event.duration_ms": round(elapsed * 1000, 3),
-        "neardup.route": request["route"],
-        "neardup.outcome": request["outcome"],
+        "neardup.route": request[ROUTE],
+        "neardup.outcome": request[OUTCOME],
         "client.address": request.remote,
     }
     access_log.info("%s %s %s %.1fms %s", request.method, raw_path, response.status,
-                    elapsed * 1000, request["outcome"] or "", extra={"fields": fields})
+                    elapsed * 1000, request[OUTCOME] or "", extra={"fields": fields})
 
 
 async def proxy_request(request: web.Request) -> web.StreamResponse:
@@ -130,7 +131,7 @@ async def proxy_request(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     raw_path, _, raw_query = request.raw_path.partition("?")
     route = classify(request.method, raw_path)
-    request["route"] = route
+    request[ROUTE] = route
     controls, query, _ = parse_controls(raw_query, request.headers)
     if route != "passthrough":
         if route == "search":
@@ -139,7 +140,7 @@ async def proxy_request(request: web.Request) -> web.StreamResponse:
                 return await searching.search(state, request, raw_path, query, settings)
         elif controls.enabled is not False:  # per-item settings: each search decides
             return await searching.msearch(state, request, raw_path, query, controls)
-        request["outcome"] = "passed:off"
+        request[OUTCOME] = "passed:off"
     return await forward(request, raw_path, query)
 
 
@@ -188,7 +189,7 @@ async def stream_back(request: web.Request, upstream: aiohttp.ClientResponse,
         log.warning("upstream broke off a response: %s", type(exc).__name__,
                     extra={"fields": {"event": "upstream_broken", "url.path": request.path}})
         request.app[STATE].metrics.inc("neardup_proxy_upstream_errors_total", kind="broken")
-        request["outcome"] = "upstream_broken"
+        request[OUTCOME] = "upstream_broken"
         if request.transport is not None:
             request.transport.close()
     finally:
@@ -199,7 +200,7 @@ async def stream_back(request: web.Request, upstream: aiohttp.ClientResponse,
 async def health(request: web.Request) -> web.Response:
     """The proxy is up; each upstream node: reachable, HTTP status, cluster status."""
     state = request.app[STATE]
-    request["route"] = "health"
+    request[ROUTE] = "health"
     config = state.config.upstream
     headers: dict[str, str] = {}
     if config.api_key:
@@ -222,7 +223,7 @@ async def health(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    request["route"] = "metrics"
+    request[ROUTE] = "metrics"
     text = state.metrics.combined().render()
     return web.Response(text=text, content_type="text/plain", charset="utf-8",
                         headers={"X-Content-Type-Options": "nosniff"})

@@ -68,6 +68,14 @@ def json_content_type_for(accept: str | None) -> str:
     return "application/json"
 
 
+def ndjson_content_type_for(accept: str | None) -> str:
+    """Content-Type for an NDJSON body the proxy writes upstream (``_msearch``)."""
+    match = _COMPAT.search(accept or "")
+    if match:
+        return f"application/vnd.elasticsearch+x-ndjson; compatible-with={match.group(1)}"
+    return "application/x-ndjson"
+
+
 def accepts_gzip(accept_encoding: str | None) -> bool:
     """Whether ``Accept-Encoding`` allows gzip (``gzip``, ``x-gzip`` or ``*`` with q > 0)."""
     for item in (accept_encoding or "").split(","):

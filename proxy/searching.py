@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("neardup.proxy")
 
+#: Per-request notes for metrics and the access log: the route, and what happened to a search
+#: ("collapsed", "passed:<reason>", "fail_open", ...).
+ROUTE: web.RequestKey[str] = web.RequestKey("neardup_route", str)
+OUTCOME: web.RequestKey[str | None] = web.RequestKey("neardup_outcome", object)  # type: ignore[arg-type]
+
 #: Reasons to refuse ``neardup=on`` with 400, as Elasticsearch refuses ``collapse`` there.
 _REFUSED_WHEN_FORCED = {
     "scroll": "cannot collapse near-duplicates in a scroll context",
@@ -119,7 +124,7 @@ def _respond(incoming: Incoming, status: int, upstream_headers: Any, value: Any,
 async def _pass(state: "ProxyState", incoming: Incoming, reason: str | None) -> web.StreamResponse:
     from proxy.app import forward
 
-    incoming.request["outcome"] = f"passed:{reason}" if reason else "passed"
+    incoming.request[OUTCOME] = f"passed:{reason}" if reason else "passed"
     extra = [("X-Neardup-Skipped", reason)] if reason else []
     return await forward(incoming.request, incoming.raw_path, incoming.query,
                          body=incoming.raw_body, extra_headers=extra)
@@ -131,12 +136,12 @@ async def _fail_open(state: "ProxyState", incoming: Incoming, exc: BaseException
                                   "error.type": type(exc).__name__, "error.message": str(exc)}})
     state.metrics.inc("neardup_proxy_fail_open_total")
     response = await _pass(state, incoming, "fail_open")
-    incoming.request["outcome"] = "fail_open"
+    incoming.request[OUTCOME] = "fail_open"
     return response
 
 
 def _record(state: "ProxyState", incoming: Incoming, collapsed: int) -> None:
-    incoming.request["outcome"] = "collapsed"
+    incoming.request[OUTCOME] = "collapsed"
     state.metrics.inc("neardup_proxy_hits_collapsed_total", collapsed)
 
 
@@ -218,7 +223,7 @@ def _raw_response(incoming: Incoming, status: int, upstream_headers: Any, raw: b
     response = web.Response(status=status, body=raw)
     for name, value in headers:
         response.headers.add(name, value)
-    incoming.request["outcome"] = f"upstream_{status}"
+    incoming.request[OUTCOME] = f"upstream_{status}"
     return response
 
 
@@ -299,10 +304,8 @@ async def _collapse_many(state: "ProxyState", incoming: Incoming, items: list[It
                          params: list[tuple[str, str, str]],
                          client_filter: filter_path.FilterPath | None) -> web.StreamResponse:
     request = incoming.request
-    content_type = request.headers.get("Content-Type")
-    if not content_type:
-        content_type = httpx.json_content_type_for(request.headers.get("Accept")).replace("+json", "+x-ndjson") \
-            if "compatible-with" in request.headers.get("Accept", "") else "application/x-ndjson"
+    content_type = request.headers.get("Content-Type") or \
+        httpx.ndjson_content_type_for(request.headers.get("Accept"))
     headers = _upstream_headers(request, content_type)
     upstream_query = "&".join(raw for name, _, raw in params if name != "filter_path")
     path_qs = incoming.raw_path + ("?" + upstream_query if upstream_query else "")

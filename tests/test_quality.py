@@ -194,3 +194,45 @@ def test_edited_copies_are_reproducible_and_cover_every_kind():
         if edit.kind == "quoted":
             assert original.strip() in copy.replace("«", "").replace("»", "")
             assert len(copy.split()) > 2 * len(original.split())
+
+
+def test_minhash_model_probabilities():
+    from quality.metrics import expected_minhash_scores, minhash_report_probability
+
+    p = minhash_report_probability(np.array([0.0, 1.0, 0.8]), 0.8, 84)
+    assert p[0] == 0.0 and p[1] == pytest.approx(1.0)
+    need = 68                                    # ⌈0.8 · 84⌉ = 67.2 → 68
+    direct = sum(comb(84, m) * 0.8 ** m * 0.2 ** (84 - m) for m in range(need, 85))
+    assert p[2] == pytest.approx(direct)
+    precision, recall, _ = expected_minhash_scores(np.array([1.0, 1.0, 0.0]), 0.8, 84)
+    assert precision == pytest.approx(1.0) and recall == pytest.approx(1.0)
+
+
+def test_truth_on_real_reuters_shingles_equals_brute_force():
+    """The first 200 Reuters stories, canonicalised and shingled by the product."""
+    from fingerprint import Fingerprinter
+    from neardup.corpora import reuters_documents
+
+    fp = Fingerprinter()
+    docs = []
+    for doc in reuters_documents():
+        docs.append(fp.shingles(fp.canonical_tokens(doc["title"] + "\n" + doc["body"])))
+        if len(docs) == 200:
+            break
+    truth = exact_truth(docs, floor=0.0, max_work_per_block=2000)
+    got = {(int(a), int(b)): int(c) for a, b, c in zip(truth.i, truth.j, truth.intersection)}
+    assert got == brute_force_truth(docs)
+    assert len(got) > 0
+
+
+def test_disjoint_pairs_use_every_document_at_most_once():
+    from quality.pairs import disjoint_pairs
+
+    rng = np.random.default_rng(2)
+    i, j = rng.integers(0, 50, 400), rng.integers(50, 100, 400)
+    chosen = disjoint_pairs(i, j, seed=1)
+    docs = np.concatenate([i[chosen], j[chosen]])
+    assert len(np.unique(docs)) == len(docs)
+    used = set(docs.tolist())
+    assert all(a in used or b in used for a, b in zip(i.tolist(), j.tolist()))   # maximal
+    assert np.array_equal(chosen, disjoint_pairs(i, j, seed=1))

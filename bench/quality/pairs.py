@@ -114,3 +114,21 @@ def connected_components(n: int, i: np.ndarray, j: np.ndarray) -> np.ndarray:
             labels = jumped
         if np.array_equal(labels, before):
             return labels
+
+
+def disjoint_pairs(i: np.ndarray, j: np.ndarray, seed: int) -> np.ndarray:
+    """Positions of a random maximal set of pairs in which no document appears twice.
+
+    Pairs that share a document (or, through it, a block of text) do not give independent
+    minhash trials, so binomial intervals are valid only over such a set. Greedy in a random
+    order fixed by ``seed``.
+    """
+    order = np.random.default_rng(seed).permutation(len(i))
+    used: set[int] = set()
+    chosen = []
+    for p in order.tolist():
+        a, b = int(i[p]), int(j[p])
+        if a not in used and b not in used:
+            used.update((a, b))
+            chosen.append(p)
+    return np.sort(np.array(chosen, dtype=np.int64))

@@ -1,4 +1,94 @@
 """Shared fixtures that load the real corpora into Elasticsearch through the indexer.
 
-Owned by the indexer area; empty until its fixtures land.
+Fixtures (session scoped):
+
+* ``reuters_docs``: all 21,578 Reuters-21578 stories as dicts (``neardup.corpora.reuters_documents``),
+  read once per session. Treat as read-only.
+* ``reuters_index``: the name of an index holding every story (``_id`` = the story's NEWID,
+  ``_source`` = the dict of ``reuters_docs``), enriched by the real ``neardup index`` command
+  (a subprocess, 2 workers) and refreshed. Deleted at the end of the session.
+* ``reuters_index_summary``: the JSON summary ``neardup index --json`` printed for it.
+
+Helpers for tests: :func:`neardup_env` (environment pointing the CLI at a node) and
+:func:`run_neardup` (run ``python -m neardup`` as a subprocess).
 """
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import pytest
+from elasticsearch import Elasticsearch, helpers
+
+from neardup.corpora import reuters_documents
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: How long one ``neardup`` command may take in a test before it is considered hung.
+COMMAND_TIMEOUT = 900
+
+_SUMMARIES: dict[str, dict[str, Any]] = {}
+
+
+def neardup_env(es_url: str, **overrides: str) -> dict[str, str]:
+    """The current environment with the CLI pointed at ``es_url`` (no other NEARDUP_ overrides)."""
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("NEARDUP_") and "__" in k)}
+    env.pop("NEARDUP_CONFIG", None)
+    env["NEARDUP_UPSTREAM__URLS"] = es_url
+    env["NEARDUP_LOGGING__LEVEL"] = "WARNING"
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(overrides)
+    return env
+
+
+def run_neardup(args: Sequence[str], es_url: str, *, input: bytes | None = None,
+                timeout: float = COMMAND_TIMEOUT, **env_overrides: str) -> subprocess.CompletedProcess[bytes]:
+    """Run ``python -m neardup ARGS`` against ``es_url``; output is captured (bytes)."""
+    return subprocess.run([sys.executable, "-m", "neardup", *args], input=input, capture_output=True,
+                          timeout=timeout, env=neardup_env(es_url, **env_overrides), cwd=ROOT, check=False)
+
+
+def bulk_load(es: Elasticsearch, index: str, docs: Sequence[dict[str, Any]], id_field: str = "id",
+              chunk_size: int = 2000) -> None:
+    """Index ``docs`` as they are (``_id`` from ``id_field``), failing on any rejected item."""
+    actions = ({"_index": index, "_id": doc[id_field], "_source": doc} for doc in docs)
+    client = es.options(request_timeout=120)
+    for ok, item in helpers.streaming_bulk(client, actions, chunk_size=chunk_size, raise_on_error=False,
+                                           max_retries=5):
+        if not ok:
+            raise AssertionError(f"loading {index} failed: {item}")
+    es.indices.refresh(index=index)
+
+
+@pytest.fixture(scope="session")
+def reuters_docs() -> list[dict[str, Any]]:
+    return list(reuters_documents())
+
+
+@pytest.fixture(scope="session")
+def reuters_index(es: Elasticsearch, es_url: str, reuters_docs: list[dict[str, Any]]) -> Iterator[str]:
+    name = f"indexer-reuters-{uuid.uuid4().hex[:8]}"
+    es.indices.create(index=name, settings={"number_of_shards": 2, "number_of_replicas": 0})
+    try:
+        bulk_load(es, name, reuters_docs)
+        result = run_neardup(["index", "--index", name, "--workers", "2", "--json"], es_url)
+        if result.returncode != 0:
+            pytest.fail(f"neardup index on {name} failed (exit {result.returncode}):\n"
+                        f"{result.stdout.decode(errors='replace')}\n{result.stderr.decode(errors='replace')}",
+                        pytrace=False)
+        _SUMMARIES[name] = json.loads(result.stdout)
+        es.indices.refresh(index=name)
+        yield name
+    finally:
+        es.options(ignore_status=404).indices.delete(index=name)
+
+
+@pytest.fixture(scope="session")
+def reuters_index_summary(reuters_index: str) -> dict[str, Any]:
+    return _SUMMARIES[reuters_index]

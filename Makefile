@@ -1,0 +1,68 @@
+# neardup: the two commands of the README are `make demo` and `make test`.
+#
+#   make install        create .venv (if missing) and install neardup with the dev extra
+#   make test           install, start Elasticsearch (scripts/es), run the whole suite, stop it
+#   make demo           install, start Elasticsearch, load Reuters-21578, enrich it, search
+#                       directly and through the proxy (DATA=path, DOCS=n)
+#   make es-start       start a development node (ES_PORT, ES_SECURITY), make es-stop stops it
+#   make bench          run the benchmarks that exist under bench/
+#
+# Variables: PYTHON (python3), PYTEST_ARGS (extra pytest arguments), DATA (folder of the shared
+# data, default ../shared/data), DOCS (stories loaded by the demo), ES_PORT (9200),
+# ES_SECURITY (off|basic|tls), ES_HEAP (1g).
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+DATA ?=
+DOCS ?= 3000
+ES_PORT ?= 9200
+ES_SECURITY ?= off
+ES_HEAP ?= 1g
+TEST_ES_HOME := run/es-test
+DEMO_ES_HOME := run/es-demo
+
+.PHONY: install test demo es-start es-stop es-status bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+install: $(PY)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+
+# Exit status is pytest's; "no tests collected" (5) counts as a failure. The node is stopped
+# whatever happens, including Ctrl-C.
+test: install
+	@trap 'scripts/es stop --home $(TEST_ES_HOME) --purge' EXIT; \
+	scripts/es start --home $(TEST_ES_HOME) --port auto --security off --heap $(ES_HEAP) --fresh >/dev/null || exit 1; \
+	NEARDUP_TEST_ES_URL=$$(scripts/es url --home $(TEST_ES_HOME)) $(PY) -m pytest $(PYTEST_ARGS); \
+	status=$$?; \
+	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
+	exit $$status
+
+demo: install
+	@trap 'scripts/es stop --home $(DEMO_ES_HOME)' EXIT; \
+	scripts/es start --home $(DEMO_ES_HOME) --port auto --security off --heap $(ES_HEAP) >/dev/null || exit 1; \
+	NEARDUP_DEMO_ES_URL=$$(scripts/es url --home $(DEMO_ES_HOME)) $(PY) scripts/demo $(if $(DATA),--data $(DATA)) --docs $(DOCS)
+
+es-start:
+	scripts/es start --port $(ES_PORT) --security $(ES_SECURITY) --heap $(ES_HEAP)
+
+es-stop:
+	scripts/es stop --port $(ES_PORT)
+
+es-status:
+	scripts/es status --port $(ES_PORT)
+
+bench: install
+	@set -e; found=0; \
+	for script in bench/fingerprint.py bench/indexer.py bench/proxy.py; do \
+		if [ -f $$script ]; then found=1; echo "== $$script"; $(PY) $$script; fi; \
+	done; \
+	[ $$found = 1 ] || echo "no benchmarks yet (bench/fingerprint.py, bench/indexer.py, bench/proxy.py)"
+
+clean:
+	-scripts/es stop --home $(TEST_ES_HOME) --purge
+	-scripts/es stop --home $(DEMO_ES_HOME) --purge
+	rm -rf .pytest_cache

@@ -1,0 +1,247 @@
+#!/usr/bin/env python
+"""Throughput, latency and CPU of the collapsing proxy against direct Elasticsearch.
+
+    .venv/bin/python bench/proxy.py --es http://127.0.0.1:9200 [--index NAME] [--requests N]
+                                    [--results bench/RESULTS.md]
+
+1. **Corpus.** Reuters-21578 loaded into a fresh index and enriched by ``neardup index``
+   (or an existing enriched index given with ``--index``).
+2. **Proxy.** ``neardup proxy`` started as a subprocess on a free port (one worker).
+3. **Load.** The same sequence of searches (``match`` on ``title`` with the words of a real
+   Reuters title, seeded) sent directly to Elasticsearch and through the proxy, in the same run,
+   interleaved per setting: 1 and 32 concurrent clients × ``size`` 10 and 100. Requests per
+   second, p50 and p99 latency for both, and the ratios.
+4. **CPU.** utime+stime of the proxy process and of the Elasticsearch process
+   (``/proc/<pid>/stat``; the node's pid from ``GET _nodes/_local/process``) over each run,
+   divided by the number of requests. The load generator, the proxy and Elasticsearch share the
+   machine's cores.
+5. **Grouping micro-benchmark.** The proxy's grouping (``proxy.collapse.group``: signature read,
+   ``similar_pairs``, ``group_labels``) of the first 1,000 hits of real queries at threshold 0.8:
+   CPU milliseconds, and the recall of its pairs against an all-pairs comparison of the same
+   signatures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+from elasticsearch import Elasticsearch, helpers
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fingerprint import FingerprintParams  # noqa: E402
+from neardup.corpora import reuters_documents  # noqa: E402
+from proxy import collapse  # noqa: E402
+from proxy.fingerprints import default_algorithms  # noqa: E402
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+SECTION = "## Proxy"
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc/<pid>/stat (fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def es_pid(es: Elasticsearch) -> int:
+    nodes = es.nodes.info(node_id="_local", metric="process")["nodes"]
+    return int(next(iter(nodes.values()))["process"]["id"])
+
+
+def load_reuters(es: Elasticsearch, es_url: str) -> str:
+    name = f"bench-proxy-reuters-{uuid.uuid4().hex[:8]}"
+    es.indices.create(index=name, settings={"number_of_shards": 1, "number_of_replicas": 0})
+    helpers.bulk(es, ({"_index": name, "_id": d["id"], "_source": d} for d in reuters_documents()),
+                 chunk_size=2000, request_timeout=120)
+    es.indices.refresh(index=name)
+    env = {**os.environ, "NEARDUP_UPSTREAM__URLS": es_url, "NEARDUP_LOGGING__LEVEL": "WARNING",
+           "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-m", "neardup", "index", "--index", name, "--workers", "2"],
+                   check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+    es.indices.refresh(index=name)
+    es.indices.forcemerge(index=name, max_num_segments=1)
+    return name
+
+
+def start_proxy(es_url: str) -> tuple[subprocess.Popen[str], str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEARDUP_")}
+    env.update({"PYTHONPATH": str(ROOT), "NEARDUP_LOGGING__LEVEL": "WARNING"})
+    process = subprocess.Popen([sys.executable, "-m", "neardup", "proxy", "--port", "0",
+                                "--upstream", es_url, "--workers", "1"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ROOT, text=True)
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    match = re.search(r"listening on (http://\S+)", line)
+    if not match:
+        process.kill()
+        raise SystemExit(f"proxy did not start: {line!r}")
+    return process, match.group(1)
+
+
+def queries(count: int, seed: int) -> list[str]:
+    titles = [d["title"] for d in reuters_documents() if len(d["title"].split()) >= 3]
+    rng = random.Random(seed)
+    return [" ".join(rng.sample(t.split(), min(3, len(t.split())))) for t in rng.sample(titles, count)]
+
+
+async def drive(url: str, index: str, texts: list[str], size: int, clients: int) -> dict[str, Any]:
+    """Send every query once with ``clients`` concurrent connections; latencies in seconds."""
+    latencies: list[float] = []
+    errors = 0
+    position = 0
+    connector = aiohttp.TCPConnector(limit=clients)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async def worker() -> None:
+            nonlocal position, errors
+            while position < len(texts):
+                text = texts[position]
+                position += 1
+                body = json.dumps({"query": {"match": {"title": text}}, "size": size}).encode()
+                started = time.perf_counter()
+                async with session.post(f"{url}/{index}/_search", data=body,
+                                        headers={"Content-Type": "application/json"}) as response:
+                    await response.read()
+                    if response.status != 200:
+                        errors += 1
+                latencies.append(time.perf_counter() - started)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(clients)))
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {"rps": len(latencies) / elapsed, "p50": latencies[len(latencies) // 2] * 1000,
+            "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
+            "errors": errors, "n": len(latencies)}
+
+
+def measure(url: str, index: str, texts: list[str], size: int, clients: int,
+            pids: dict[str, int]) -> dict[str, Any]:
+    asyncio.run(drive(url, index, texts[: max(20, clients * 2)], size, clients))  # warm up
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    result = asyncio.run(drive(url, index, texts, size, clients))
+    for name, pid in pids.items():
+        result[f"cpu_{name}_ms"] = (cpu_seconds(pid) - before[name]) / result["n"] * 1000
+    return result
+
+
+def grouping_benchmark(es: Elasticsearch, index: str, texts: list[str]) -> dict[str, float]:
+    """CPU ms of the proxy's grouping of 1,000 real hits at 0.8, and pair recall vs all pairs."""
+    algorithms = default_algorithms(FingerprintParams())
+    timings, found, expected = [], 0, 0
+    windows = 0
+    for text in ["oil prices", "bank rate", "shares company", "trade deficit", "wheat export"] + texts[:5]:
+        hits = es.search(index=index, query={"match": {"body": text}}, size=1000,
+                         source=["neardup"])["hits"]["hits"]
+        if len(hits) < 1000:
+            continue
+        windows += 1
+        repeats = 30
+        started = time.process_time()
+        for _ in range(repeats):
+            collapse.group(hits, "_source", 0.8, "resemblance", algorithms)
+        timings.append((time.process_time() - started) / repeats * 1000)
+        positions, sigs, counts = algorithms.read([h["_source"].get("neardup") for h in hits])
+        i, j, _ = algorithms.similar_pairs(sigs, counts, 0.8, "resemblance")
+        got = set(zip(i.tolist(), j.tolist()))
+        equal = (sigs[:, None, :] == sigs[None, :, :]).mean(axis=2)
+        nonempty = counts > 0
+        a, b = np.nonzero(np.triu(equal >= 0.8, k=1) & nonempty[:, None] & nonempty[None, :])
+        truth = set(zip(a.tolist(), b.tolist()))
+        found += len(truth & got)
+        expected += len(truth)
+    return {"windows": windows, "cpu_ms_mean": statistics.mean(timings), "cpu_ms_max": max(timings),
+            "pairs_all_pairs": expected, "pairs_found": found,
+            "recall": found / expected if expected else 1.0}
+
+
+def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str, total_docs: int) -> str:
+    lines = [SECTION, "", f"Command: `{command}`", "",
+             f"Reuters-21578 ({total_docs} stories) enriched by `neardup index`, one shard; `match` on "
+             "`title` with three words of a real title; every setting sends the same queries "
+             "directly and through `neardup proxy` (1 worker) in the same run. Load generator, proxy "
+             "and Elasticsearch share the 2 cores. CPU per request from `/proc/<pid>/stat`.", "",
+             "| clients | size | direct req/s | proxy req/s | ratio | direct p50 ms | proxy p50 ms | +p50 ms "
+             "| direct p99 ms | proxy p99 ms | proxy CPU ms/req | ES CPU ms/req (direct → proxied) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        d, p = row["direct"], row["proxy"]
+        lines.append(
+            f"| {row['clients']} | {row['size']} | {d['rps']:.0f} | {p['rps']:.0f} | {p['rps'] / d['rps']:.2f} "
+            f"| {d['p50']:.2f} | {p['p50']:.2f} | {p['p50'] - d['p50']:+.2f} | {d['p99']:.2f} | {p['p99']:.2f} "
+            f"| {p['cpu_proxy_ms']:.2f} | {d['cpu_es_ms']:.2f} → {p['cpu_es_ms']:.2f} |")
+    lines += ["", f"Grouping micro-benchmark ({grouping['windows']} windows of 1,000 real hits, threshold 0.8, "
+              f"`proxy.collapse.group`): {grouping['cpu_ms_mean']:.2f} ms CPU mean, "
+              f"{grouping['cpu_ms_max']:.2f} ms max; pairs found {grouping['pairs_found']} of "
+              f"{grouping['pairs_all_pairs']} an all-pairs comparison of the same signatures finds "
+              f"(recall {grouping['recall']:.4f}).", "",
+              "Targets (issue 5): +≤2 ms p50 at size 10 and +≤5 ms at size 100 with 1 client; ≥70% of "
+              "direct throughput with 32 clients; grouping 1,000 hits ≤ 5 ms CPU with ≥ 99% recall.", ""]
+    return "\n".join(lines)
+
+
+def write_section(path: Path, text: str) -> None:
+    """Replace (or append) the ``## Proxy`` section of RESULTS.md, leaving the others alone."""
+    current = path.read_text() if path.exists() else "# Benchmark results\n"
+    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(current):
+        updated = pattern.sub(lambda _: text + "\n", current)
+    else:
+        updated = current.rstrip("\n") + "\n\n" + text + "\n"
+    path.write_text(updated)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--es", default=os.environ.get("NEARDUP_TEST_ES_URL", "http://127.0.0.1:9200"))
+    parser.add_argument("--index", help="an existing index of Reuters enriched by neardup index")
+    parser.add_argument("--requests", type=int, default=400, help="searches per setting and target")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--results", type=Path, help="write the section into this RESULTS.md")
+    args = parser.parse_args()
+    es = Elasticsearch(args.es, request_timeout=300)
+    index = args.index or load_reuters(es, args.es)
+    process, proxy_url = start_proxy(args.es)
+    try:
+        pids = {"proxy": process.pid, "es": es_pid(es)}
+        texts = queries(args.requests, args.seed)
+        rows = []
+        for clients in (1, 32):
+            for size in (10, 100):
+                row: dict[str, Any] = {"clients": clients, "size": size}
+                for target, url in (("direct", args.es), ("proxy", proxy_url)):
+                    row[target] = measure(url, index, texts, size, clients, pids)
+                    print(f"clients={clients} size={size} {target}: {row[target]}", file=sys.stderr)
+                rows.append(row)
+        grouping = grouping_benchmark(es, index, texts)
+        total = es.count(index=index)["count"]
+    finally:
+        process.terminate()
+        process.wait(30)
+        if not args.index:
+            es.options(ignore_status=404).indices.delete(index=index)
+    command = "python bench/proxy.py --es URL" + (f" --requests {args.requests}" if args.requests != 400 else "")
+    text = report(rows, grouping, command, total)
+    print(text)
+    if args.results:
+        write_section(args.results, text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,270 @@
+"""``neardup load``: bulk-load JSON lines with fingerprints added, in one pass.
+
+Lines are read in chunks of ``batch_size``; each chunk is fingerprinted, checked for
+duplicates (if asked) and sent as one ``_bulk`` request of ``index`` actions whose source is
+the input line with ``neardup`` spliced in (so the stored ``_source`` keeps every other byte
+of the line). Items rejected with 429 or 5xx are retried with backoff; other rejections are
+reported with the line number and Elasticsearch's reason.
+
+Ids: the value of ``--id-field`` (a string or a whole number) becomes ``_id``, so loading the
+same file again replaces the same documents; without it Elasticsearch assigns ids (with
+``--on-duplicate tag|skip`` the loader assigns a random one instead, since a tag must be able
+to name a document of the same chunk).
+
+Uniqueness control (``--on-duplicate``):
+
+* ``allow``: every document is loaded (no checks);
+* ``tag``: a near-duplicate is loaded with ``neardup.duplicate_of`` = the id of the most similar
+  earlier document;
+* ``skip``: a near-duplicate is not loaded.
+
+"Earlier" means documents already in the index (found by a candidate search per document,
+one ``_msearch`` per chunk) and documents loaded before it in this run (kept in memory; the
+index does not show them until its next refresh). The same ``_id`` is never its own
+duplicate. Verification is by signature at the threshold and mode given (default: the
+``collapse`` settings for the index). Bad lines are reported with their number and not loaded.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import IO, Any, BinaryIO, Iterator, Literal, Sequence
+
+from elasticsearch import ApiError, Elasticsearch
+
+from fingerprint import FIELD, Fingerprint, Fingerprinter
+from indexer.dedup import Match, RunIndex, best_match, candidate_search, candidates_from_hits
+from indexer.enrich import EnrichedLine
+from indexer.errors import JobError, error_type_and_reason
+from indexer.lines import Line, LineCounts, parse, read_lines
+from indexer.mapping import DUPLICATE_OF, plan_neardup_mapping, put_neardup_mapping, wanted_properties
+from indexer.retry import TRANSIENT_STATUSES, Retrier
+from indexer.stats import Failures
+
+OnDuplicate = Literal["allow", "tag", "skip"]
+
+#: Candidates fetched from the index per new document.
+MAX_CANDIDATES = 50
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    index: str
+    fields: tuple[str, ...]
+    id_field: str = "id"
+    on_duplicate: OnDuplicate = "allow"
+    threshold: float = 0.8
+    mode: Literal["resemblance", "containment"] = "resemblance"
+    batch_size: int = 500
+
+
+@dataclass
+class LoadResult:
+    counts: LineCounts = field(default_factory=LineCounts)
+    loaded: int = 0
+    #: (line number, id, id of the document it duplicates, estimated similarity)
+    tagged: list[tuple[int, str, str, float]] = field(default_factory=list)
+    skipped: list[tuple[int, str, str, float]] = field(default_factory=list)
+    failures: Failures = field(default_factory=Failures)
+    created_index: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "lines": self.counts.lines, "loaded": self.loaded, "created_index": self.created_index,
+            "fingerprinted": self.counts.outcomes["ok"],
+            "without_text": {k: self.counts.outcomes[k] for k in ("no_field", "non_string", "empty")},
+            "bad_lines": [{"line": n, "error": e} for n, e in self.counts.bad],
+            "tagged": [{"line": n, "id": i, "duplicate_of": d, "similarity": s} for n, i, d, s in self.tagged],
+            "skipped": [{"line": n, "id": i, "duplicate_of": d, "similarity": s} for n, i, d, s in self.skipped],
+            "failed": self.failures.total,
+            "failures": {"counts": self.failures.counts, "examples": self.failures.examples},
+        }
+
+
+def document_id(doc: dict[str, Any] | None, id_field: str) -> str | None:
+    """The ``_id`` for a document: its ``id_field`` value if a string or whole number."""
+    if doc is None or not id_field:
+        return None
+    value = doc.get(id_field)
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def chunks(lines: Iterator[Line], size: int) -> Iterator[list[Line]]:
+    chunk: list[Line] = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+@dataclass
+class _Item:
+    """One document of a chunk on its way to the bulk request."""
+
+    number: int
+    parsed: EnrichedLine
+    id: str | None
+    source: str = ""
+    attempts: int = 0
+
+
+def prepare_index(client: Elasticsearch, retrier: Retrier, options: LoadOptions) -> bool:
+    """Create the index with the ``neardup`` mapping, or check and extend an existing one.
+
+    Returns whether the index was created.
+    """
+    with_tag = options.on_duplicate == "tag"
+    exists = retrier.call("checking the index", lambda: client.indices.exists(index=options.index)).body
+    if not exists:
+        try:
+            retrier.call("creating the index", lambda: client.indices.create(
+                index=options.index, mappings={"properties": {FIELD: {"properties": wanted_properties(with_tag)}}}))
+            return True
+        except ApiError as exc:
+            kind, _ = error_type_and_reason(exc.body)
+            if kind != "resource_already_exists_exception":
+                raise
+    plan = plan_neardup_mapping(client, retrier, options.index, with_duplicate_of=with_tag)
+    put_neardup_mapping(client, retrier, options.index, plan)
+    return False
+
+
+class Loader:
+    def __init__(self, client: Elasticsearch, retrier: Retrier, fingerprinter: Fingerprinter,
+                 options: LoadOptions, errors: IO[str]) -> None:
+        self.client = client
+        self.retrier = retrier
+        self.fingerprinter = fingerprinter
+        self.options = options
+        self.errors = errors
+        self.result = LoadResult()
+        self.run_index = RunIndex()
+
+    def run(self, stream: BinaryIO) -> LoadResult:
+        self.result.created_index = prepare_index(self.client, self.retrier, self.options)
+        for chunk in chunks(read_lines(stream), self.options.batch_size):
+            self._load_chunk(chunk)
+        return self.result
+
+    # --- one chunk -----------------------------------------------------------------------------
+
+    def _load_chunk(self, chunk: Sequence[Line]) -> None:
+        items = self._parse(chunk)
+        checking = self.options.on_duplicate != "allow"
+        index_candidates = self._index_candidates(items) if checking else {}
+        to_send: list[_Item] = []
+        for item in items:
+            extra: dict[str, Any] = {}
+            fingerprint = item.parsed.fingerprint
+            if checking and fingerprint is not None and not fingerprint.is_empty:
+                match = self._best_match(item, fingerprint, index_candidates.get(item.number, []))
+                if match is not None:
+                    record = (item.number, item.id or "", match.id, round(match.similarity, 4))
+                    if self.options.on_duplicate == "skip":
+                        self.result.skipped.append(record)
+                        continue
+                    self.result.tagged.append(record)
+                    extra[DUPLICATE_OF] = match.id
+                self.run_index.add(item.id or "", fingerprint)
+            item.source = item.parsed.render(extra)
+            to_send.append(item)
+        self._send(to_send)
+
+    def _parse(self, chunk: Sequence[Line]) -> list[_Item]:
+        counts = self.result.counts
+        items = []
+        for line in chunk:
+            counts.lines += 1
+            if line.text is not None and not line.text.strip():
+                counts.blank += 1
+                continue
+            parsed = parse(line, self.options.fields, self.fingerprinter)
+            if parsed.outcome == "bad":
+                counts.add_bad(line.number, parsed.error, self.errors)
+                continue
+            counts.outcomes[parsed.outcome] += 1
+            doc_id = document_id(parsed.doc, self.options.id_field)
+            if doc_id is None and self.options.on_duplicate != "allow":
+                doc_id = uuid.uuid4().hex
+            items.append(_Item(line.number, parsed, doc_id))
+        return items
+
+    def _best_match(self, item: _Item, fingerprint: Fingerprint,
+                    from_index: list[tuple[str, str, Fingerprint]]) -> Match | None:
+        candidates = from_index + self.run_index.candidates(fingerprint)
+        return best_match(fingerprint, candidates, self.options.threshold, self.options.mode,
+                          exclude_id=item.id)
+
+    def _index_candidates(self, items: Sequence[_Item]) -> dict[int, list[tuple[str, str, Fingerprint]]]:
+        """Candidates from the index for each fingerprinted item of the chunk (one ``_msearch``)."""
+        asking = [i for i in items if i.parsed.fingerprint is not None and not i.parsed.fingerprint.is_empty]
+        if not asking:
+            return {}
+        version = self.fingerprinter.version
+        searches: list[dict[str, Any]] = []
+        for item in asking:
+            searches.append({"index": self.options.index})
+            searches.append(candidate_search(item.parsed.fingerprint.to_source(), version,
+                                             MAX_CANDIDATES, exclude_id=item.id))
+        response = self.retrier.call("looking up duplicates", lambda: self.client.msearch(searches=searches))
+        found: dict[int, list[tuple[str, str, Fingerprint]]] = {}
+        for item, answer in zip(asking, response.body["responses"]):
+            if "error" in answer:
+                kind, reason = error_type_and_reason(answer)
+                raise JobError(f"looking up duplicates in {self.options.index} failed: {kind}: {reason}")
+            found[item.number] = candidates_from_hits(answer["hits"]["hits"])
+        return found
+
+    def _send(self, items: list[_Item]) -> None:
+        """Bulk-index ``items``, retrying 429/5xx items with backoff."""
+        while items:
+            operations: list[Any] = []
+            for item in items:
+                meta: dict[str, Any] = {"_index": self.options.index}
+                if item.id is not None:
+                    meta["_id"] = item.id
+                operations.append({"index": meta})
+                operations.append(item.source)
+            response = self.retrier.call("loading documents", lambda: self.client.bulk(
+                operations=operations, filter_path=["items.*.status", "items.*._id", "items.*.error"]))
+            again = []
+            for item, answer in zip(items, response.body["items"]):
+                result = answer.get("index", {})
+                status = int(result.get("status", 0))
+                if 200 <= status < 300:
+                    self.result.loaded += 1
+                    continue
+                kind, reason = error_type_and_reason(result.get("error", {}))
+                item.attempts += 1
+                if status in TRANSIENT_STATUSES and item.attempts <= self.retrier.max_retries:
+                    again.append(item)
+                else:
+                    self.result.failures.add(f"{status} {kind}: {reason}"[:300],
+                                             f"line {item.number}" + (f" (id {item.id})" if item.id else ""))
+            if again:
+                self.retrier.wait(max(i.attempts for i in again) - 1)
+            items = again
+
+
+def format_load_summary(result: LoadResult, index: str) -> str:
+    lines = [f"index {index}{' (created)' if result.created_index else ''}: {result.counts.describe()}",
+             f"  loaded   {result.loaded}",
+             f"  tagged   {len(result.tagged)}  (loaded with neardup.{DUPLICATE_OF})",
+             f"  skipped  {len(result.skipped)}  (near-duplicates, not loaded)",
+             f"  failed   {result.failures.total}"]
+    for label, records in (("tagged", result.tagged), ("skipped", result.skipped)):
+        for number, doc_id, duplicate_of, value in records[:20]:
+            lines.append(f"    {label}: line {number} (id {doc_id}) ~ {duplicate_of} (similarity {value:.2f})")
+        if len(records) > 20:
+            lines.append(f"    ... and {len(records) - 20} more {label}")
+    for reason, count in result.failures.counts.items():
+        lines.append(f"    {count} × {reason} (e.g. {', '.join(result.failures.examples[reason])})")
+    return "\n".join(lines)

@@ -1,0 +1,574 @@
+"""The proxy against the real Elasticsearch, with the official client pointed at it."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import re
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+from elasticsearch import AsyncElasticsearch, Elasticsearch, NotFoundError, helpers
+
+from tests.test_proxy_support import (  # noqa: F401 - fixtures
+    FamilyIndex,
+    ProxyThread,
+    family_index,
+    free_port,
+    make_config,
+    mapping,
+    pes,
+    proxy,
+)
+
+pytestmark = pytest.mark.es
+
+
+def http(url: str, method: str = "GET", body: bytes | None = None,
+         headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, {k.lower(): v for k, v in error.headers.items()}, error.read()
+
+
+def post_json(url: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, dict, Any]:
+    status, head, raw = http(url, "POST", json.dumps(body).encode(),
+                             {"Content-Type": "application/json", **(headers or {})})
+    return status, head, json.loads(raw)
+
+
+def without_took(raw: bytes) -> bytes:
+    return re.sub(rb'"took":\d+', b'"took":0', raw)
+
+
+# -- transparent pass-through with the official clients ---------------------------------------
+def test_sync_client_works_for_every_kind_of_request(pes: Elasticsearch, es: Elasticsearch) -> None:
+    name = f"proxy-client-{time.time_ns()}"
+    pes.indices.create(index=name, mappings={"properties": {"n": {"type": "integer"}, "t": {"type": "text"}}},
+                       settings={"number_of_shards": 1, "number_of_replicas": 0})
+    try:
+        assert pes.indices.exists(index=name)
+        ok, errors = helpers.bulk(pes, ({"_index": name, "_id": str(i), "n": i, "t": f"doc {i}"}
+                                        for i in range(30)), refresh="wait_for")
+        assert ok == 30 and not errors
+        assert pes.index(index=name, id="x", document={"n": 100, "t": "extra"}, refresh=True)["result"] == "created"
+        assert pes.get(index=name, id="x")["_source"] == {"n": 100, "t": "extra"}
+        pes.update(index=name, id="x", doc={"t": "changed"}, refresh=True)
+        assert es.get(index=name, id="x")["_source"]["t"] == "changed"
+        assert pes.delete(index=name, id="x", refresh=True)["result"] == "deleted"
+        with pytest.raises(NotFoundError):
+            pes.get(index=name, id="x")
+        assert pes.count(index=name)["count"] == 30
+        found = pes.search(index=name, query={"range": {"n": {"lt": 5}}}, sort=["n"])
+        assert [h["_id"] for h in found["hits"]["hits"]] == ["0", "1", "2", "3", "4"]
+        multi = pes.msearch(searches=[{"index": name}, {"query": {"term": {"n": 7}}},
+                                      {"index": name}, {"size": 0}])
+        assert multi["responses"][0]["hits"]["hits"][0]["_id"] == "7"
+        assert multi["responses"][1]["hits"]["total"]["value"] == 30
+        # scroll
+        page = pes.search(index=name, scroll="1m", size=7, sort=["n"])
+        ids = [h["_id"] for h in page["hits"]["hits"]]
+        while True:
+            page = pes.scroll(scroll_id=page["_scroll_id"], scroll="1m")
+            if not page["hits"]["hits"]:
+                break
+            ids += [h["_id"] for h in page["hits"]["hits"]]
+        pes.clear_scroll(scroll_id=page["_scroll_id"])
+        assert ids == [str(i) for i in range(30)]
+        # point in time + search_after
+        pit = pes.open_point_in_time(index=name, keep_alive="1m")["id"]
+        after, seen = None, []
+        while True:
+            kwargs = {"search_after": after} if after else {}
+            page = pes.search(pit={"id": pit, "keep_alive": "1m"}, size=8, sort=[{"n": "asc"}], **kwargs)
+            hits = page["hits"]["hits"]
+            if not hits:
+                break
+            seen += [h["_id"] for h in hits]
+            after = hits[-1]["sort"]
+        assert pes.close_point_in_time(id=pit)["succeeded"]
+        assert seen == [str(i) for i in range(30)]
+    finally:
+        es.options(ignore_status=404).indices.delete(index=name)
+    assert not pes.indices.exists(index=name)
+
+
+def test_async_client_works_through_the_proxy(proxy: ProxyThread, es: Elasticsearch) -> None:
+    name = f"proxy-async-{time.time_ns()}"
+
+    async def run() -> None:
+        client = AsyncElasticsearch(proxy.url, request_timeout=30)
+        try:
+            await client.indices.create(index=name, settings={"number_of_replicas": 0})
+            await client.bulk(operations=[{"index": {"_index": name, "_id": "1"}}, {"t": "a"},
+                                          {"index": {"_index": name, "_id": "2"}}, {"t": "b"}],
+                              refresh="wait_for")
+            await client.index(index=name, id="3", document={"t": "c"}, refresh=True)
+            assert (await client.get(index=name, id="3"))["_source"] == {"t": "c"}
+            await client.update(index=name, id="3", doc={"t": "d"}, refresh=True)
+            assert (await client.count(index=name))["count"] == 3
+            found = await client.search(index=name, query={"match": {"t": "d"}})
+            assert [h["_id"] for h in found["hits"]["hits"]] == ["3"]
+            multi = await client.msearch(searches=[{"index": name}, {"query": {"match_all": {}}}])
+            assert multi["responses"][0]["hits"]["total"]["value"] == 3
+            page = await client.search(index=name, scroll="1m", size=2)
+            assert len(page["hits"]["hits"]) == 2
+            await client.clear_scroll(scroll_id=page["_scroll_id"])
+            pit = (await client.open_point_in_time(index=name, keep_alive="1m"))["id"]
+            page = await client.search(pit={"id": pit}, size=2, sort=[{"_shard_doc": "asc"}])
+            page = await client.search(pit={"id": pit}, size=2, sort=[{"_shard_doc": "asc"}],
+                                       search_after=page["hits"]["hits"][-1]["sort"])
+            assert len(page["hits"]["hits"]) == 1
+            await client.close_point_in_time(id=pit)
+            await client.delete(index=name, id="3", refresh=True)
+            assert (await client.count(index=name))["count"] == 2
+        finally:
+            await client.close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        es.options(ignore_status=404).indices.delete(index=name)
+
+
+def test_neardup_off_is_byte_identical_to_elasticsearch(proxy: ProxyThread, es_url: str,
+                                                       family_index: FamilyIndex) -> None:
+    body = json.dumps({"query": {"match": {"body": "shares"}}, "size": 20,
+                       "aggs": {"t": {"terms": {"field": "topics"}}}}).encode()
+    headers = {"Content-Type": "application/json"}
+    path = f"/{family_index.name}/_search"
+    direct = http(es_url + path + "?typed_keys=true", "POST", body, headers)
+    off = http(proxy.url + path + "?neardup=off&typed_keys=true", "POST", body, headers)
+    header_off = http(proxy.url + path + "?typed_keys=true", "POST", body, {**headers, "X-Neardup": "off"})
+    assert direct[0] == off[0] == header_off[0] == 200
+    assert without_took(off[2]) == without_took(direct[2]) == without_took(header_off[2])
+    for name in ("content-type", "x-elastic-product"):
+        assert off[1][name] == direct[1][name]
+    # No "took" at all: exactly the same bytes.
+    doc = family_index.ranked[0]
+    assert http(proxy.url + f"/{family_index.name}/_doc/{doc}")[2] == \
+        http(es_url + f"/{family_index.name}/_doc/{doc}")[2]
+
+
+def test_headers_compatibility_and_product_pass_through(proxy: ProxyThread, es_url: str,
+                                                       family_index: FamilyIndex) -> None:
+    compat = "application/vnd.elasticsearch+json; compatible-with=8"
+    for path in (f"/{family_index.name}/_search", f"/{family_index.name}/_count"):
+        status, headers, raw = http(proxy.url + path, "POST", b"{}", {"Content-Type": compat, "Accept": compat})
+        assert status == 200
+        assert headers["x-elastic-product"] == "Elasticsearch"
+        assert "compatible-with=8" in headers["content-type"]
+    status, _, raw = http(proxy.url + f"/{family_index.name}/_search", "POST", b"{}",
+                          {"Content-Type": compat, "Accept": "application/vnd.elasticsearch+json; compatible-with=7"})
+    direct = http(es_url + f"/{family_index.name}/_search", "POST", b"{}",
+                  {"Content-Type": compat, "Accept": "application/vnd.elasticsearch+json; compatible-with=7"})
+    assert status == direct[0] == 400 and json.loads(raw)["error"] == json.loads(direct[2])["error"]
+
+
+def test_gzip_both_ways(proxy: ProxyThread, es_url: str, family_index: FamilyIndex) -> None:
+    body = gzip.compress(json.dumps({"size": 5, "sort": ["rank"]}).encode())
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip", "Accept-Encoding": "gzip"}
+    status, head, raw = http(proxy.url + f"/{family_index.name}/_search", "POST", body, headers)
+    assert status == 200 and head["content-encoding"] == "gzip"
+    decoded = json.loads(gzip.decompress(raw))
+    assert len(decoded["hits"]["hits"]) == 5 and "neardup" in decoded
+    # Pass-through: Elasticsearch's own gzip bytes.
+    status, head, raw = http(proxy.url + f"/{family_index.name}/_count", "POST", body, headers)
+    direct = http(es_url + f"/{family_index.name}/_count", "POST", body, headers)
+    assert head.get("content-encoding") == direct[1].get("content-encoding") == "gzip"
+    assert json.loads(gzip.decompress(raw)) == json.loads(gzip.decompress(direct[2]))
+    # The official client with compression on.
+    client = Elasticsearch(proxy.url, http_compress=True)
+    try:
+        assert client.count(index=family_index.name)["count"] == len(family_index.docs)
+        assert len(client.search(index=family_index.name, size=3)["hits"]["hits"]) == 3
+    finally:
+        client.close()
+
+
+# -- collapsing -----------------------------------------------------------------------------
+def shown_ids(response: dict) -> list[str]:
+    ids = []
+    for top in response["hits"]["hits"]:
+        ids.append(top["_id"])
+        ids.extend(h["_id"] for h in top["inner_hits"]["neardup"]["hits"]["hits"])
+    return ids
+
+
+def test_collapsed_pages_match_exact_similarity(pes: Elasticsearch, family_index: FamilyIndex) -> None:
+    index = family_index
+    seen: set[str] = set()
+    for page in range(5):
+        response = pes.search(index=index.name, sort=["rank"], from_=page * 8, size=8).body
+        tops = response["hits"]["hits"]
+        assert len(tops) == 8, "a page holds size distinct groups"
+        summary = response["neardup"]
+        assert summary["groups"] == 8 and summary["threshold"] == 0.8 and summary["mode"] == "resemblance"
+        shown = shown_ids(response)
+        assert not seen & set(shown), "a document appears on two pages"
+        window = index.ranked[:summary["window"]]
+        exact = index.exact_groups(window, 0.8)
+        for top in tops:
+            members = {top["_id"], *(h["_id"] for h in top["inner_hits"]["neardup"]["hits"]["hits"])}
+            assert top["fields"]["neardup.group"] == [f"{index.name}/{top['_id']}"]
+            # The representative is the best-ranked member.
+            assert min(members, key=index.ranked.index) == top["_id"]
+            for a in members:
+                for b in window:
+                    if b in members or b not in index.shingles or a not in index.shingles:
+                        continue
+                    assert index.exact(a, b) < 0.9, f"{a} ~ {b} should have been grouped"
+            for a in members:
+                for b in members:
+                    if a < b:  # members are connected; within a group the copies are close
+                        assert any(index.exact(a, c) >= 0.7 for c in members if c != a)
+            for earlier in seen:
+                if top["_id"] in index.shingles and earlier in index.shingles:
+                    assert index.exact(top["_id"], earlier) < 0.9, "near-duplicate of an earlier page"
+        exact_sizes = sorted(len(g) for g in exact if len(g) > 1)
+        assert exact_sizes, "the window holds known near-duplicates"
+        seen |= set(shown)
+    # Every edited copy family seen so far was folded, never shown twice.
+    assert any(response["neardup"]["collapsed"] for response in [pes.search(index=index.name, sort=["rank"], size=8).body])
+
+
+def test_hits_without_fingerprint_are_never_collapsed(pes: Elasticsearch, family_index: FamilyIndex) -> None:
+    response = pes.search(index=family_index.name, query={"prefix": {"family": "x"}}, sort=["rank"]).body
+    assert [h["_id"] for h in response["hits"]["hits"]] == ["x-none", "x-old", "x-bad"]
+    assert response["neardup"]["collapsed"] == 0 and response["neardup"]["fingerprinted"] == 0
+
+
+def test_threshold_and_mode_controls(proxy: ProxyThread, family_index: FamilyIndex) -> None:
+    url = proxy.url + f"/{family_index.name}/_search"
+    body = {"sort": ["rank"], "size": 10}
+    loose = post_json(url + "?neardup_threshold=0.5&neardup_mode=containment", body)[2]
+    assert loose["neardup"]["threshold"] == 0.5 and loose["neardup"]["mode"] == "containment"
+    strict = post_json(url, body, {"X-Neardup-Threshold": "1.0"})[2]
+    assert strict["neardup"]["threshold"] == 1.0
+    assert strict["neardup"]["collapsed"] <= loose["neardup"]["collapsed"]
+
+
+# -- client-visible fields are exactly Elasticsearch's ----------------------------------------
+def strip_ours(hit: dict) -> dict:
+    """The hit without what the proxy adds: fields["neardup.group"] and inner_hits["neardup"]."""
+    hit = dict(hit)
+    for key, ours in (("fields", "neardup.group"), ("inner_hits", "neardup")):
+        rest = {name: value for name, value in hit.get(key, {}).items() if name != ours}
+        hit.pop(key, None)
+        if rest:
+            hit[key] = rest
+    return hit
+
+
+@pytest.mark.parametrize("body, query", [
+    ({}, ""),
+    ({"_source": False}, ""),
+    ({"_source": ["title", "rank"]}, ""),
+    ({"_source": {"includes": ["ti*", "neardup.n"], "excludes": ["body"]}}, ""),
+    ({"_source": {"excludes": ["neardup"]}}, ""),
+    ({}, "_source_includes=title&_source_excludes=body"),
+    ({}, "_source=false"),
+    ({"stored_fields": ["title"]}, ""),
+    ({"docvalue_fields": ["topics", "rank"], "_source": False}, ""),
+    ({"fields": ["title", "neardup.v"], "_source": False}, ""),
+    ({"fields": ["*"], "_source": ["family"]}, ""),
+    ({"version": True, "seq_no_primary_term": True, "highlight": {"fields": {"body": {}}},
+      "query": {"match": {"body": "company"}}}, ""),
+])
+def test_hits_have_exactly_the_fields_elasticsearch_returns(pes: Elasticsearch, es: Elasticsearch,
+                                                            family_index: FamilyIndex,
+                                                            body: dict, query: str) -> None:
+    params = dict(p.split("=") for p in query.split("&") if p)
+    params = {("source" if k == "_source" else k.lstrip("_")): v for k, v in params.items()}
+    request = {"sort": ["rank"] if "query" not in body else ["_score", "rank"], "size": 10, **body}
+    proxied = pes.search(index=family_index.name, **request, **params).body
+    direct = es.search(index=family_index.name, **{**request, "size": 100}, **params).body
+    by_id = {h["_id"]: h for h in direct["hits"]["hits"]}
+    checked = 0
+    for top in proxied["hits"]["hits"]:
+        for hit in [top, *top["inner_hits"]["neardup"]["hits"]["hits"]]:
+            assert strip_ours(hit) == by_id[hit["_id"]]
+            checked += 1
+    assert checked >= 10 and proxied["hits"]["total"] == direct["hits"]["total"]
+
+
+def test_aggregations_suggest_and_totals_are_left_as_elasticsearch_returns_them(
+        pes: Elasticsearch, es: Elasticsearch, family_index: FamilyIndex) -> None:
+    request = {"query": {"match": {"body": "the"}}, "size": 30, "track_total_hits": True,
+               "aggs": {"topics": {"terms": {"field": "topics", "size": 50}}},
+               "suggest": {"s": {"text": "compny", "term": {"field": "body"}}}}
+    proxied = pes.search(index=family_index.name, **request).body
+    direct = es.search(index=family_index.name, **request).body
+    for key in ("aggregations", "suggest", "_shards", "timed_out"):
+        assert proxied[key] == direct[key]
+    assert proxied["hits"]["total"] == direct["hits"]["total"]
+    assert proxied["hits"]["max_score"] == direct["hits"]["max_score"]
+    ranking = es.search(index=family_index.name, query=request["query"], size=200).body
+    direct_order = [h["_id"] for h in ranking["hits"]["hits"]]
+    tops = [h["_id"] for h in proxied["hits"]["hits"]]
+    assert tops == sorted(tops, key=direct_order.index), "ES ranking is kept"
+
+
+@pytest.mark.parametrize("filter_expression", [
+    "hits.hits._id", "hits.total,hits.hits._source.title", "-hits.hits._source",
+    "hits.hits.inner_hits.neardup.hits.hits._id,neardup.groups", "**._id", "took,-hits",
+    "hits.hits.fields",
+])
+def test_filter_path_is_applied_to_the_collapsed_response(proxy: ProxyThread, es_url: str,
+                                                         family_index: FamilyIndex,
+                                                         filter_expression: str) -> None:
+    body = {"sort": ["rank"], "size": 6}
+    full = post_json(proxy.url + f"/{family_index.name}/_search", body)[2]
+    filtered = post_json(proxy.url + f"/{family_index.name}/_search?filter_path={filter_expression}", body)[2]
+    from proxy.filter_path import parse
+
+    expected = parse(filter_expression).apply(full)
+    expected.pop("took", None), filtered.pop("took", None)
+    assert filtered == expected
+    if filter_expression == "hits.hits._id":
+        assert filtered == {"hits": {"hits": [{"_id": h["_id"]} for h in full["hits"]["hits"]]}}
+    # Elasticsearch filters the same way for the parts that do not depend on collapsing.
+    if filter_expression in ("hits.total,hits.hits._source.title", "took,-hits"):
+        direct = post_json(es_url + f"/{family_index.name}/_search?filter_path={filter_expression}",
+                           {**body, "size": 200})[2]
+        direct.pop("took", None)
+        if "hits" in direct:
+            titles = {h["_id"]: h for h in full["hits"]["hits"]}
+            assert direct["hits"]["total"] == filtered["hits"]["total"]
+            assert len(filtered["hits"]["hits"]) == len(titles)
+        else:
+            assert direct == filtered
+
+
+def test_msearch_collapses_each_search(pes: Elasticsearch, family_index: FamilyIndex) -> None:
+    name = family_index.name
+    multi = pes.msearch(searches=[
+        {"index": name}, {"sort": ["rank"], "size": 5},
+        {"index": name}, {"sort": ["rank"], "size": 5, "from": 5, "_source": ["title"]},
+        {"index": "proxy-no-such-index"}, {"query": {"match_all": {}}},
+        {"index": name}, {"size": 3, "sort": ["rank"], "search_after": [2]},
+    ]).body
+    first, second, bad, after = multi["responses"]
+    assert first == {**pes.search(index=name, sort=["rank"], size=5).body, "took": first["took"], "status": 200}
+    assert len(second["hits"]["hits"]) == 5 and set(second["hits"]["hits"][0]["_source"]) == {"title"}
+    assert not set(shown_ids(first)) & set(shown_ids(second))
+    assert bad["status"] == 404 and bad["error"]["type"] == "index_not_found_exception"
+    assert "neardup" not in after and [h["sort"] for h in after["hits"]["hits"]] == [[3], [4], [5]]
+
+
+def test_msearch_filter_path_and_neardup_off(proxy: ProxyThread, es_url: str, family_index: FamilyIndex) -> None:
+    lines = f'{{"index":"{family_index.name}"}}\n{{"size":4,"sort":["rank"]}}\n'.encode()
+    headers = {"Content-Type": "application/x-ndjson"}
+    status, _, raw = http(proxy.url + "/_msearch?filter_path=responses.hits.hits._id", "POST", lines, headers)
+    body = json.loads(raw)
+    assert status == 200 and list(body) == ["responses"] and len(body["responses"][0]["hits"]["hits"]) == 4
+    off = http(proxy.url + "/_msearch?neardup=off", "POST", lines, headers)
+    direct = http(es_url + "/_msearch", "POST", lines, headers)
+    assert without_took(off[2]) == without_took(direct[2])
+
+
+def test_pit_with_from_size_is_collapsed_and_scroll_search_after_pass(
+        pes: Elasticsearch, proxy: ProxyThread, family_index: FamilyIndex) -> None:
+    pit = pes.open_point_in_time(index=family_index.name, keep_alive="1m")["id"]
+    try:
+        page = pes.search(pit={"id": pit, "keep_alive": "1m"}, sort=["rank"], size=5).body
+        assert page["neardup"]["groups"] == 5
+        status, headers, _ = http(proxy.url + f"/{family_index.name}/_search?scroll=1m&size=2", "POST", b"{}",
+                                  {"Content-Type": "application/json"})
+        assert status == 200 and headers["x-neardup-skipped"] == "scroll"
+        status, _, raw = http(proxy.url + f"/{family_index.name}/_search?scroll=1m&neardup=on", "POST", b"{}",
+                              {"Content-Type": "application/json"})
+        error = json.loads(raw)
+        assert status == 400 and error["error"]["type"] == "illegal_argument_exception"
+        assert "scroll" in error["error"]["reason"]
+    finally:
+        pes.close_point_in_time(id=pit)
+
+
+def test_query_string_search(proxy: ProxyThread, family_index: FamilyIndex) -> None:
+    status, _, raw = http(proxy.url + f"/{family_index.name}/_search?q=family:f0&sort=rank&size=1&_source=false")
+    body = json.loads(raw)
+    assert status == 200 and len(body["hits"]["hits"]) == 1
+    top = body["hits"]["hits"][0]
+    assert "_source" not in top and set(top["fields"]) == {"neardup.group"}
+    assert {h["_id"] for h in top["inner_hits"]["neardup"]["hits"]["hits"]} | {top["_id"]} == {"s0", "s0-a", "s0-b"}
+
+
+# -- failures -------------------------------------------------------------------------------
+def assert_es_error(raw: bytes, status: int, error_type: str, text: str) -> dict:
+    body = json.loads(raw)
+    assert body["status"] == status
+    assert body["error"]["type"] == error_type == body["error"]["root_cause"][0]["type"]
+    assert text in body["error"]["reason"]
+    return body
+
+
+def test_400_for_invalid_controls(proxy: ProxyThread, family_index: FamilyIndex) -> None:
+    status, _, raw = http(proxy.url + f"/{family_index.name}/_search?neardup_threshold=1.7")
+    assert status == 400
+    assert_es_error(raw, 400, "illegal_argument_exception", "neardup_threshold")
+    status, _, raw = http(proxy.url + f"/{family_index.name}/_search", headers={"X-Neardup-Mode": "cosine"})
+    assert_es_error(raw, 400, "illegal_argument_exception", "X-Neardup-Mode")
+    client = Elasticsearch(proxy.url)
+    try:
+        from elasticsearch import BadRequestError
+
+        with pytest.raises(BadRequestError) as caught:
+            client.perform_request("GET", f"/{family_index.name}/_search", params={"neardup": "sometimes"},
+                                   headers={"accept": "application/json"})
+        assert caught.value.error == "illegal_argument_exception"
+    finally:
+        client.close()
+
+
+def test_502_when_the_upstream_is_unreachable(es_url: str) -> None:
+    config = make_config(f"http://127.0.0.1:{free_port()}")
+    with ProxyThread(config) as running:
+        for path in ("/_search", "/idx/_doc/1"):
+            status, headers, raw = http(running.url + path)
+            assert status == 502 and headers["content-type"].startswith("application/json")
+            assert_es_error(raw, 502, "neardup_upstream_unreachable_exception", "could be reached")
+        assert 'kind="unreachable"' in running.metrics.render()
+        status, _, raw = http(running.url + "/_neardup/health")
+        assert status == 503 and json.loads(raw)["upstream"][0]["reachable"] is False
+
+
+def test_requests_move_to_the_node_that_is_up(es_url: str) -> None:
+    config = make_config(es_url)
+    config = config.model_copy(update={"upstream": config.upstream.model_copy(
+        update={"urls": [f"http://127.0.0.1:{free_port()}", es_url]})})
+    with ProxyThread(config) as running:
+        assert all(http(running.url + "/_cluster/health")[0] == 200 for _ in range(4))
+
+
+class SilentServer:
+    """A TCP server that accepts connections and never answers (an upstream that hangs)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.connections: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections.append(conn)
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.connections:
+            conn.close()
+
+
+def test_504_when_the_upstream_does_not_answer_in_time() -> None:
+    silent = SilentServer()
+    try:
+        config = make_config(f"http://127.0.0.1:{silent.port}", upstream={"request_timeout": 1.0})
+        with ProxyThread(config) as running:
+            started = time.monotonic()
+            status, _, raw = http(running.url + "/_search", "POST", b"{}", {"Content-Type": "application/json"})
+            assert status == 504 and time.monotonic() - started < 10
+            assert_es_error(raw, 504, "neardup_upstream_timeout_exception", "did not answer within 1 s")
+            status, _, raw = http(running.url + "/idx/_doc/1")
+            assert status == 504
+    finally:
+        silent.close()
+
+
+def test_413_for_a_body_over_the_limit(es_url: str) -> None:
+    config = make_config(es_url, proxy={"max_body_bytes": 2048})
+    with ProxyThread(config) as running:
+        big = json.dumps({"query": {"match": {"body": "x" * 5000}}}).encode()
+        for path in ("/_search", "/_bulk", "/_msearch"):
+            status, _, raw = http(running.url + path, "POST", big, {"Content-Type": "application/json"})
+            assert status == 413, path
+            assert_es_error(raw, 413, "content_too_long_exception", "2048")
+        bomb = gzip.compress(b"{" + b" " * 100_000 + b"}")
+        status, _, raw = http(running.url + "/_search", "POST", bomb,
+                              {"Content-Type": "application/json", "Content-Encoding": "gzip"})
+        assert status == 413
+
+
+def test_fail_open_returns_the_upstream_response_unchanged(es_url: str, family_index: FamilyIndex) -> None:
+    from proxy.collapse import Algorithms
+    from proxy.fingerprints import default_algorithms
+    from fingerprint import FingerprintParams
+
+    real = default_algorithms(FingerprintParams())
+
+    def broken_pairs(*args: Any) -> Any:
+        raise RuntimeError("grouping exploded")
+
+    algorithms = Algorithms(read=real.read, similar_pairs=broken_pairs, group_labels=real.group_labels)
+    with ProxyThread(make_config(es_url), algorithms=algorithms) as running:
+        body = json.dumps({"sort": ["rank"], "size": 5}).encode()
+        headers = {"Content-Type": "application/json"}
+        status, head, raw = http(running.url + f"/{family_index.name}/_search", "POST", body, headers)
+        direct = http(es_url + f"/{family_index.name}/_search", "POST", body, headers)
+        assert status == 200 and head["x-neardup-skipped"] == "fail_open"
+        assert without_took(raw) == without_took(direct[2])
+        lines = f'{{"index":"{family_index.name}"}}\n{{"size":3}}\n'.encode()
+        status, _, raw = http(running.url + "/_msearch", "POST", lines, {"Content-Type": "application/x-ndjson"})
+        assert status == 200 and "neardup" not in json.loads(raw)["responses"][0]
+        assert "neardup_proxy_fail_open_total 2" in running.metrics.render()
+
+
+def test_elasticsearch_errors_reach_the_client_as_elasticsearch_wrote_them(
+        proxy: ProxyThread, es_url: str, family_index: FamilyIndex) -> None:
+    for body in (b'{"query": {"nope": {}}}', b'{"query": ', b'[1, 2]'):
+        proxied = http(proxy.url + f"/{family_index.name}/_search", "POST", body, {"Content-Type": "application/json"})
+        direct = http(es_url + f"/{family_index.name}/_search", "POST", body, {"Content-Type": "application/json"})
+        assert proxied[0] == direct[0] == 400 and proxied[2] == direct[2]
+    missing = http(proxy.url + "/proxy-no-such-index/_search")
+    assert missing[0] == 404 and json.loads(missing[2])["error"]["type"] == "index_not_found_exception"
+
+
+# -- ops ------------------------------------------------------------------------------------
+def test_health_and_metrics(proxy: ProxyThread, family_index: FamilyIndex) -> None:
+    status, _, raw = http(proxy.url + "/_neardup/health")
+    health = json.loads(raw)
+    assert status == 200 and health["status"] == "ok"
+    assert health["upstream"][0]["reachable"] and health["upstream"][0]["cluster_status"] in ("green", "yellow")
+    http(proxy.url + f"/{family_index.name}/_search?sort=rank&size=8")
+    status, headers, raw = http(proxy.url + "/_neardup/metrics")
+    text = raw.decode()
+    assert status == 200 and headers["content-type"].startswith("text/plain")
+    assert re.search(r'neardup_proxy_requests_total\{route="search",status="200"\} \d+', text)
+    assert re.search(r'neardup_proxy_request_duration_seconds_bucket\{route="search",le="\+Inf"\} \d+', text)
+    assert re.search(r"neardup_proxy_hits_collapsed_total [1-9]", text)
+    assert 'neardup_proxy_searches_total{outcome="collapsed",reason=""}' in text
+    for name in ("neardup_proxy_upstream_errors_total", "neardup_proxy_fail_open_total",
+                 "neardup_proxy_in_flight_requests"):
+        assert f"# TYPE {name}" in text
+
+
+def test_access_log_is_structured_and_has_no_credentials(proxy: ProxyThread, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="neardup.proxy.access"):
+        http(proxy.url + "/_cluster/health?secret_token=hunter2",
+             headers={"Authorization": "Basic c2VjcmV0OnBhc3N3b3Jk", "Cookie": "sid=hunter3"})
+    records = [r for r in caplog.records if r.name == "neardup.proxy.access"]
+    assert records
+    fields = records[-1].fields
+    assert fields["url.path"] == "/_cluster/health" and fields["http.response.status_code"] == 400
+    assert fields["url.query_params"] == ["secret_token"]
+    text = " ".join(r.getMessage() + json.dumps(r.fields) for r in records)
+    for secret in ("hunter2", "hunter3", "c2VjcmV0", "password"):
+        assert secret not in text

@@ -1,0 +1,147 @@
+"""``neardup proxy`` as a real process: start-up message, workers, graceful shutdown, auth."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from elasticsearch import AuthenticationException, Elasticsearch
+
+from tests.test_proxy_support import ProxyThread, make_config
+
+pytestmark = pytest.mark.es
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class ProxyProcess:
+    def __init__(self, es_url: str, *args: str, **env: str) -> None:
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("NEARDUP_")}
+        environment.update({"PYTHONPATH": str(ROOT), "NEARDUP_LOGGING__FORMAT": "json", **env})
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "neardup", "proxy", "--port", "0", "--upstream", es_url, *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment, cwd=ROOT, text=True)
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        match = re.search(r"listening on (http://\S+)", line)
+        if not match:
+            self.process.kill()
+            raise AssertionError(f"no start-up line: {line!r} {self.process.stderr.read()}")
+        self.url = match.group(1)
+        self.first_line = line
+
+    def stop(self, timeout: float = 30) -> tuple[int, str]:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            _, err = self.process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            _, err = self.process.communicate()
+        return self.process.returncode, err
+
+
+@pytest.fixture
+def running(es_url: str) -> Iterator[ProxyProcess]:
+    proxy = ProxyProcess(es_url)
+    yield proxy
+    proxy.stop()
+
+
+def get(url: str, timeout: float = 30) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def test_neardup_proxy_prints_its_url_serves_and_stops_cleanly(running: ProxyProcess, es_url: str) -> None:
+    assert f"upstream: {es_url}" in running.first_line
+    client = Elasticsearch(running.url)
+    try:
+        assert client.cluster.health()["status"] in ("green", "yellow")
+    finally:
+        client.close()
+    code, err = running.stop()
+    assert code == 0
+    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    access = [entry for entry in lines if entry.get("event") == "access"]
+    assert access and access[0]["url.path"] == "/_cluster/health"
+    assert any("shutting down" in entry["message"] for entry in lines)
+
+
+def test_shutdown_finishes_requests_in_flight(running: ProxyProcess) -> None:
+    # A yellow cluster never turns green here: Elasticsearch holds this request for 3 s.
+    result: dict[str, object] = {}
+
+    def slow() -> None:
+        result["status"], result["body"] = get(
+            running.url + "/_cluster/health?wait_for_status=green&timeout=3s&wait_for_nodes=99")
+
+    thread = threading.Thread(target=slow)
+    thread.start()
+    time.sleep(1.0)
+    running.process.send_signal(signal.SIGTERM)
+    thread.join(30)
+    assert result["status"] == 408 and json.loads(result["body"])["timed_out"] is True
+    assert running.process.wait(30) == 0
+
+
+def test_workers_share_the_port_and_metrics_add_up(es_url: str) -> None:
+    proxy = ProxyProcess(es_url, "--workers", "2")
+    try:
+        assert "workers: 2" in proxy.first_line
+        pids = set()
+        for _ in range(40):
+            status, body = get(proxy.url + "/_neardup/health")
+            assert status == 200
+            pids.add(json.loads(body)["proxy"]["pid"])
+        time.sleep(1.2)  # workers publish their counters once a second
+        get(proxy.url + "/_neardup/health")
+        time.sleep(1.2)
+        _, text = get(proxy.url + "/_neardup/metrics")
+        count = int(re.search(rb'neardup_proxy_requests_total\{route="health",status="200"\} (\d+)', text).group(1))
+        assert count >= 40
+    finally:
+        code, _ = proxy.stop()
+    assert code == 0
+    assert len(pids) == 2, "connections are spread over both workers"
+
+
+def test_bad_options_are_reported(es_url: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "neardup", "proxy", "--upstream", "not a url"],
+                            capture_output=True, text=True, cwd=ROOT, timeout=60,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 2 and "Traceback" not in result.stderr and "urls" in result.stderr
+
+
+def test_credentials_are_forwarded_to_a_secure_cluster(secure_es) -> None:  # noqa: ANN001
+    with ProxyThread(make_config(secure_es.url)) as proxy:
+        good = Elasticsearch(proxy.url, basic_auth=(secure_es.username, secure_es.password))
+        bad = Elasticsearch(proxy.url, basic_auth=(secure_es.username, "wrong"))
+        anonymous = Elasticsearch(proxy.url)
+        try:
+            assert good.cluster.health()["status"] in ("green", "yellow")
+            name = f"proxy-secure-{time.time_ns()}"
+            good.index(index=name, id="1", document={"t": "x"}, refresh=True)
+            assert good.search(index=name)["hits"]["hits"][0]["_id"] == "1"
+            good.indices.delete(index=name)
+            for client in (bad, anonymous):
+                with pytest.raises(AuthenticationException) as caught:
+                    client.search(index="*")
+                assert caught.value.meta.status == 401
+                assert "WWW-Authenticate" in caught.value.meta.headers or \
+                    "www-authenticate" in caught.value.meta.headers
+        finally:
+            for client in (good, bad, anonymous):
+                client.close()

@@ -1,0 +1,298 @@
+"""Pure parts of the proxy: controls, filter_path, planning, grouping and paging (no server)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from multidict import CIMultiDict
+
+from fingerprint import FingerprintParams, Fingerprinter
+from neardup.config import CollapseConfig
+from neardup.corpora import reuters_documents
+from proxy import collapse, filter_path
+from proxy.errors import ProxyError
+from proxy.fingerprints import default_algorithms
+from proxy.params import Controls, parse_controls, resolve
+from proxy.routes import classify, index_of
+from proxy.search import Plan, Skip, Window, finish, plan_search, round_request
+from proxy.params import split_query
+
+ALGORITHMS = default_algorithms(FingerprintParams())
+DEFAULTS = resolve(Controls(), CollapseConfig(), "")
+
+
+# -- controls -------------------------------------------------------------------------------
+def test_controls_are_read_and_removed_keeping_the_rest_byte_for_byte() -> None:
+    controls, rest, given = parse_controls(
+        "q=a%20b&neardup=off&size=3&neardup_threshold=0.85&neardup_mode=containment&x", CIMultiDict())
+    assert controls == Controls(False, 0.85, "containment") and given
+    assert rest == "q=a%20b&size=3&x"
+
+
+def test_query_string_without_controls_is_untouched() -> None:
+    _, rest, given = parse_controls("q=a+b&&pretty", CIMultiDict())
+    assert rest == "q=a+b&&pretty" and not given
+
+
+def test_headers_control_and_the_query_parameter_wins() -> None:
+    headers = CIMultiDict({"X-Neardup": "on", "x-neardup-threshold": "0.5", "X-Neardup-Mode": "containment"})
+    controls, _, _ = parse_controls("neardup_threshold=0.9", headers)
+    assert controls == Controls(True, 0.9, "containment")
+
+
+@pytest.mark.parametrize("query, named", [
+    ("neardup_threshold=1.5", "neardup_threshold"),
+    ("neardup_threshold=abc", "neardup_threshold"),
+    ("neardup_threshold=nan", "neardup_threshold"),
+    ("neardup=maybe", "[neardup]"),
+    ("neardup_mode=jaccard", "neardup_mode"),
+    ("neardup_colour=red", "neardup_colour"),
+    ("neardup_threshold=0.5&neardup_threshold=0.6", "neardup_threshold"),
+])
+def test_invalid_controls_are_400_naming_the_parameter(query: str, named: str) -> None:
+    with pytest.raises(ProxyError) as caught:
+        parse_controls(query, CIMultiDict())
+    error = caught.value
+    assert error.status == 400 and error.type == "illegal_argument_exception"
+    assert named in error.reason
+    body = error.body()
+    assert body["status"] == 400 and body["error"]["root_cause"][0]["reason"] == error.reason
+
+
+def test_invalid_header_is_400_naming_the_header() -> None:
+    with pytest.raises(ProxyError) as caught:
+        parse_controls("", CIMultiDict({"X-Neardup-Mode": "x"}))
+    assert "X-Neardup-Mode" in caught.value.reason
+
+
+def test_per_index_overrides_then_request_controls() -> None:
+    config = CollapseConfig(threshold=0.8, indices={"news-*": {"threshold": 0.6, "mode": "containment"},
+                                                   "logs": {"enabled": False}})
+    assert resolve(Controls(), config, "news-1").threshold == 0.6
+    assert resolve(Controls(), config, "news-1").mode == "containment"
+    assert resolve(Controls(threshold=0.9), config, "news-1").threshold == 0.9
+    assert resolve(Controls(), config, "logs").enabled is False
+    assert resolve(Controls(enabled=True), config, "logs").enabled is True
+    assert resolve(Controls(), config, "other").threshold == 0.8
+
+
+def test_routes() -> None:
+    assert classify("GET", "/_search") == "search"
+    assert classify("POST", "/a,b*/_search") == "search"
+    assert classify("POST", "/_msearch") == "msearch" == classify("GET", "/idx/_msearch")
+    for method, path in [("PUT", "/idx/_search"), ("POST", "/_search/scroll"), ("GET", "/idx/_doc/1"),
+                         ("POST", "/idx/_search/template"), ("POST", "/_msearch/template"),
+                         ("POST", "/idx/_async_search"), ("GET", "/")]:
+        assert classify(method, path) == "passthrough", path
+    assert index_of("/news%2A/_search") == "news*" and index_of("/_search") == ""
+
+
+# -- filter_path ----------------------------------------------------------------------------
+RESPONSE = {"took": 3, "hits": {"total": {"value": 2, "relation": "eq"},
+                                "hits": [{"_id": "1", "_source": {"a": 1, "b": {"c": 2}}},
+                                         {"_id": "2", "_source": {"a": 3}}]},
+            "aggregations": {"t": {"buckets": [{"key": "x", "doc_count": 1}]}}}
+
+
+@pytest.mark.parametrize("expression, expected", [
+    ("hits.hits._id", {"hits": {"hits": [{"_id": "1"}, {"_id": "2"}]}}),
+    ("hits.hits._source.b.c", {"hits": {"hits": [{"_source": {"b": {"c": 2}}}]}}),
+    ("**.key", {"aggregations": {"t": {"buckets": [{"key": "x"}]}}}),
+    ("hits.total,-hits.total.relation", {"hits": {"total": {"value": 2}}}),
+    ("-hits,-aggregations", {"took": 3}),
+    ("hits.hits._s*.a", {"hits": {"hits": [{"_source": {"a": 1}}, {"_source": {"a": 3}}]}}),
+    ("nothing", {}),
+])
+def test_filter_path(expression: str, expected: dict) -> None:
+    parsed = filter_path.parse(expression)
+    assert parsed is not None and parsed.apply(RESPONSE) == expected
+
+
+def test_unsupported_filter_path_is_refused() -> None:
+    with pytest.raises(filter_path.UnsupportedFilterPath):
+        filter_path.parse("hits.hits._source.a\\.b")
+    assert filter_path.parse("") is None
+
+
+# -- planning -------------------------------------------------------------------------------
+def plan(body: dict, query: str = "") -> Plan | Skip:
+    return plan_search(body, split_query(query), DEFAULTS, 1000)
+
+
+def test_whole_source_uses_the_source_channel_and_adds_nothing() -> None:
+    planned = plan({"query": {"match_all": {}}})
+    assert isinstance(planned, Plan) and planned.channel == "_source" and planned.added_fields == ()
+    assert plan({"_source": True}, "_source=true").channel == "_source"
+
+
+@pytest.mark.parametrize("body, query", [
+    ({"_source": False}, ""), ({"_source": ["title"]}, ""), ({}, "_source=false"),
+    ({}, "_source_includes=title"), ({}, "_source_excludes=body"), ({"stored_fields": ["title"]}, ""),
+])
+def test_filtered_source_fetches_fingerprints_through_fields(body: dict, query: str) -> None:
+    planned = plan(body, query)
+    assert isinstance(planned, Plan) and planned.channel == "fields"
+    assert planned.added_fields == ("neardup.v", "neardup.sig", "neardup.n")
+    _, upstream_body = round_request(planned, 0, 16)
+    assert upstream_body["fields"][-3:] == ["neardup.v", "neardup.sig", "neardup.n"]
+
+
+def test_fields_the_client_asked_for_are_not_stripped() -> None:
+    planned = plan({"_source": False, "fields": ["neardup.s*", {"field": "title"}]})
+    assert planned.added_fields == ("neardup.v", "neardup.n")
+
+
+@pytest.mark.parametrize("body, query, reason", [
+    ({}, "scroll=1m", "scroll"), ({"search_after": [1]}, "", "search_after"),
+    ({"collapse": {"field": "f"}}, "", "native_collapse"), ({"size": 0}, "", "size_0"),
+    ({}, "size=x", "invalid_from_size"), ({"stored_fields": "_none_"}, "", "stored_fields_none"),
+    ({"docvalue_fields": ["neardup.*"]}, "", "fingerprint_field_requested"),
+    ({}, "filter_path=a\\.b", "unsupported_filter_path"),
+])
+def test_searches_that_pass_through(body: dict, query: str, reason: str) -> None:
+    assert plan(body, query) == Skip(reason)
+
+
+def test_from_size_in_the_query_string_win_and_are_taken_over() -> None:
+    planned = plan({"from": 1, "size": 2}, "from=20&size=5&q=x&filter_path=hits")
+    assert (planned.start, planned.size) == (20, 5)
+    qs, body = round_request(planned, 32, 32)
+    assert qs == "q=x" and (body["from"], body["size"]) == (32, 32)
+    assert planned.first_window() == 32
+
+
+def test_tail_rounds_do_not_aggregate_or_count_again() -> None:
+    planned = plan({"aggs": {"a": {}}, "suggest": {}, "track_total_hits": True}, "track_total_hits=true")
+    qs, body = round_request(planned, 16, 16)
+    assert "aggs" not in body and "suggest" not in body and body["track_total_hits"] is False
+    assert "track_total_hits" not in qs
+    _, first = round_request(planned, 0, 16)
+    assert "aggs" in first and first["track_total_hits"] is True
+
+
+# -- grouping and paging over real fingerprints -----------------------------------------------
+@pytest.fixture(scope="module")
+def stories() -> list[dict]:
+    source = (d for d in reuters_documents(with_body_only=True) if len(d["body"].split()) > 100)
+    return list(itertools.islice(source, 30))
+
+
+def hit(doc_id: str, fingerprint: dict | None, score: float = 1.0) -> dict:
+    source = {"title": doc_id}
+    if fingerprint is not None:
+        source["neardup"] = fingerprint
+    return {"_index": "i", "_id": doc_id, "_score": score, "_source": source}
+
+
+def variants(stories: list[dict], fp: Fingerprinter) -> list[dict]:
+    """Hits in rank order: each story, and for every third story an edited copy 5 ranks later."""
+    hits = []
+    for k, story in enumerate(stories):
+        hits.append(hit(f"s{k}", fp.fingerprint(story["body"]).to_source(), 100 - k))
+    for k in range(0, len(stories), 3):
+        words = stories[k]["body"].split()
+        words[-5] = "zzzzz"
+        hits.insert(min(len(hits), k + 5), hit(f"s{k}-copy", fp.fingerprint(" ".join(words)).to_source(), 0))
+    return hits
+
+
+def test_grouping_is_transitive_and_ignores_hits_without_usable_fingerprints(stories: list[dict]) -> None:
+    fp = Fingerprinter(FingerprintParams())
+    a = stories[0]["body"].split()
+    b = a[:-8] + ["x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8"]   # close to a
+    c = b[:-16] + ["y"] * 16                                        # close to b, further from a
+    prints = [fp.fingerprint(" ".join(words)).to_source() for words in (a, b, c)]
+    old = {**prints[0], "v": "0-stale"}
+    hits = [hit("a", prints[0]), hit("none", None), hit("b", prints[1]), hit("old", old),
+            hit("bad", {"v": prints[0]["v"], "sig": "###", "n": 1}), hit("c", prints[2])]
+    groups, fingerprinted = collapse.group(hits, "_source", 0.8, "resemblance", ALGORITHMS)
+    assert fingerprinted == 3
+    assert groups == [[0, 2, 5], [1], [3], [4]]
+
+
+def test_page_format_matches_native_collapse(stories: list[dict]) -> None:
+    fp = Fingerprinter(FingerprintParams())
+    hits = variants(stories[:6], fp)
+    ids = [h["_id"] for h in hits]
+    groups, _ = collapse.group(hits, "_source", 0.8, "resemblance", ALGORITHMS)
+    page = collapse.build_page(hits, groups, 0, 3)
+    top = page.hits[0]
+    assert top["_id"] == "s0" and top["fields"] == {"neardup.group": ["i/s0"]}
+    inner = top["inner_hits"]["neardup"]["hits"]
+    assert inner["total"] == {"value": 1, "relation": "eq"} and inner["max_score"] == 0
+    assert [h["_id"] for h in inner["hits"]] == ["s0-copy"]
+    assert page.collapsed == 1 and page.groups == 3 and ids.index("s0-copy") > 3
+    alone = page.hits[1]["inner_hits"]["neardup"]["hits"]
+    assert alone == {"total": {"value": 0, "relation": "eq"}, "max_score": None, "hits": []}
+    as_int = collapse.build_page(hits, groups, 0, 1, total_as_int=True)
+    assert as_int.hits[0]["inner_hits"]["neardup"]["hits"]["total"] == 1
+
+
+def _page(hits: list[dict], start: int, size: int, max_window: int) -> tuple[list[str], dict]:
+    """Run the window rounds over a fixed ranked list, as the proxy does against Elasticsearch."""
+    planned = plan_search({"from": start, "size": size}, [], DEFAULTS, max_window)
+    window = Window(planned)
+    offset, count = 0, planned.first_window()
+    while True:
+        chunk = [dict(h, _source=dict(h["_source"])) for h in hits[offset:offset + count]]
+        window.add_round({"took": 1, "hits": {"total": {"value": len(hits)}, "hits": chunk}}, count)
+        groups, printed = collapse.group(window.hits, "_source", 0.8, "resemblance", ALGORITHMS)
+        following = window.next_round(len(groups))
+        if following is None:
+            break
+        offset, count = following
+    response = finish(window, groups, printed)
+    shown = []
+    for top in response["hits"]["hits"]:
+        shown.append(top["_id"])
+        shown.extend(h["_id"] for h in top["inner_hits"]["neardup"]["hits"]["hits"])
+    return shown, response
+
+
+def test_pages_are_full_and_never_repeat_a_document_or_a_near_duplicate(stories: list[dict]) -> None:
+    fp = Fingerprinter(FingerprintParams())
+    hits = variants(stories, fp)
+    by_id = {h["_id"]: h for h in hits}
+    seen: set[str] = set()
+    for page in range(5):
+        shown, response = _page(hits, page * 4, 4, 1000)
+        tops = [h["_id"] for h in response["hits"]["hits"]]
+        assert len(tops) == 4 and response["neardup"]["complete"]
+        assert not seen & set(shown)
+        for top in tops:   # no result is a near-duplicate of something on an earlier page
+            for earlier in seen:
+                pair = [by_id[top]["_source"]["neardup"], by_id[earlier]["_source"]["neardup"]]
+                _, sigs, counts = ALGORITHMS.read(pair)
+                i, _, _ = ALGORITHMS.similar_pairs(sigs, counts, 0.8, "resemblance")
+                assert len(i) == 0, (top, earlier)
+        seen |= set(shown)
+
+
+def test_beyond_the_window_pages_come_from_the_window_and_say_so(stories: list[dict]) -> None:
+    fp = Fingerprinter(FingerprintParams())
+    hits = variants(stories, fp)
+    shown, response = _page(hits, 0, 40, max_window=16)
+    assert response["neardup"]["window"] == 16 and not response["neardup"]["complete"]
+    assert len(shown) == 16 and len(response["hits"]["hits"]) == response["neardup"]["window_groups"]
+
+
+def test_unexpected_shapes_raise_collapse_error() -> None:
+    with pytest.raises(collapse.CollapseError):
+        collapse.group([{"_id": "1"}, "not a hit"], "_source", 0.8, "resemblance", ALGORITHMS)
+    window = Window(plan({}))
+    with pytest.raises(collapse.CollapseError):
+        window.add_round({"hits": {"hits": 5}}, 16)
+
+
+def test_fast_signature_reader_agrees_with_from_source(stories: list[dict]) -> None:
+    from fingerprint import Fingerprint
+
+    fp = Fingerprinter(FingerprintParams())
+    stored = [fp.fingerprint(s["body"]).to_source() for s in stories[:10]]
+    positions, sigs, counts = ALGORITHMS.read([None, *stored, {"v": "x"}])
+    assert positions.tolist() == list(range(1, 11))
+    for row, obj, count in zip(sigs, stored, counts):
+        decoded = Fingerprint.from_source(obj)
+        assert np.array_equal(row, decoded.signature) and count == decoded.shingle_count
