@@ -3,7 +3,8 @@
 #   make install        create .venv (if missing) and install neardup with the dev extra
 #   make test           install, start Elasticsearch (scripts/es), run the whole suite, stop it
 #   make demo           install, start Elasticsearch, load Reuters-21578, enrich it, search
-#                       directly and through the proxy (DATA=path, DOCS=n)
+#                       directly and through the proxy (DATA=path, DOCS=n; KEEP=1 leaves
+#                       the node running: scripts/es status --home run/es-demo)
 #   make es-start       start a development node (ES_PORT, ES_SECURITY), make es-stop stops it
 #   make bench          run the benchmarks that exist under bench/
 #
@@ -11,6 +12,7 @@
 # data, default ../shared/data), DOCS (stories loaded by the demo), ES_PORT (9200),
 # ES_SECURITY (off|basic|tls), ES_HEAP (1g).
 
+SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -34,7 +36,7 @@ install: $(PY)
 # Exit status is pytest's; "no tests collected" (5) counts as a failure. The node is stopped
 # whatever happens, including Ctrl-C.
 test: install
-	@trap 'scripts/es stop --home $(TEST_ES_HOME) --purge' EXIT; \
+	@trap 'scripts/es stop --home $(TEST_ES_HOME) --purge' EXIT; trap 'exit 130' INT TERM; \
 	scripts/es start --home $(TEST_ES_HOME) --port auto --security off --heap $(ES_HEAP) --fresh >/dev/null || exit 1; \
 	NEARDUP_TEST_ES_URL=$$(scripts/es url --home $(TEST_ES_HOME)) $(PY) -m pytest $(PYTEST_ARGS); \
 	status=$$?; \
@@ -42,7 +44,7 @@ test: install
 	exit $$status
 
 demo: install
-	@trap 'scripts/es stop --home $(DEMO_ES_HOME)' EXIT; \
+	@trap '[ -n "$(KEEP)" ] || scripts/es stop --home $(DEMO_ES_HOME)' EXIT; trap 'exit 130' INT TERM; \
 	scripts/es start --home $(DEMO_ES_HOME) --port auto --security off --heap $(ES_HEAP) >/dev/null || exit 1; \
 	NEARDUP_DEMO_ES_URL=$$(scripts/es url --home $(DEMO_ES_HOME)) $(PY) scripts/demo $(if $(DATA),--data $(DATA)) --docs $(DOCS)
 

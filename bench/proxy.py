@@ -67,8 +67,9 @@ def es_pid(es: Elasticsearch) -> int:
 def load_reuters(es: Elasticsearch, es_url: str) -> str:
     name = f"bench-proxy-reuters-{uuid.uuid4().hex[:8]}"
     es.indices.create(index=name, settings={"number_of_shards": 1, "number_of_replicas": 0})
-    helpers.bulk(es, ({"_index": name, "_id": d["id"], "_source": d} for d in reuters_documents()),
-                 chunk_size=2000, request_timeout=120)
+    helpers.bulk(es.options(request_timeout=120),
+                 ({"_index": name, "_id": d["id"], "_source": d} for d in reuters_documents()),
+                 chunk_size=2000)
     es.indices.refresh(index=name)
     env = {**os.environ, "NEARDUP_UPSTREAM__URLS": es_url, "NEARDUP_LOGGING__LEVEL": "WARNING",
            "PYTHONPATH": str(ROOT)}

@@ -3,12 +3,15 @@
 The steps, in this order (each switchable in :class:`~fingerprint.params.FingerprintParams`
 where noted), are part of the scheme and pinned by the golden test:
 
-1. **HTML** (``strip_html``). If the text contains something that looks like markup
-   (``<`` followed by a letter, ``/``, ``!`` or ``?``), it is parsed with selectolax (lexbor);
-   ``<script>`` and ``<style>`` elements are dropped and the text nodes are joined with a
-   space (so ``a<b>c</b>`` gives "a c"; block boundaries never glue words). Entities are
-   decoded by the parser. Text without markup only has its entities decoded
-   (:func:`html.unescape`). With ``strip_html`` off, the text is taken literally.
+1. **HTML** (``strip_html``). If the text contains markup — a closing tag (``</x>``), a
+   comment, a doctype, or a start tag of a common HTML element (:data:`HTML_ELEMENTS`,
+   lowercase, with ``=``-attributes or none: ``<p>``, ``<br/>``, ``<a href="…">``) — it is
+   parsed with selectolax (lexbor); ``<script>`` and ``<style>`` elements are dropped and the
+   text nodes are joined with a space (so ``a<b>c</b>`` gives "a c"; block boundaries never
+   glue words). Entities are decoded by the parser. Text without markup only has its
+   entities decoded (:func:`html.unescape`): angle brackets that are not HTML, like the
+   Reuters ticker notes ``<Rollins Inc>`` or ``<I>``, stay text. With ``strip_html`` off,
+   the text is taken literally. Long texts are cut into pieces first (:func:`plain_pieces`).
 2. **Unicode**: NFKC, then :meth:`str.casefold`, then ``ё`` → ``е``. Combining grave and acute
    accents (Russian stress marks), soft hyphens and zero-width characters are removed, so
    "моло\u0301ко" and "моло\u00adко" are "молоко".
@@ -30,11 +33,14 @@ where noted), are part of the scheme and pinned by the golden test:
      parse). It is dropped if its part of speech is a function word (:data:`RU_DROP_POS`:
      prepositions, conjunctions, particles, interjections, pronouns-nouns) or it is a
      pronoun-like adjective (grammeme ``Apro``: этот, свой, весь, который), or if the token
-     or its lemma is in the Russian stop list. Otherwise it becomes its lemma (normal
-     form, ``ё`` → ``е``). Tokens without Cyrillic (Latin words, numbers) are kept as they are
-     unless they are in the stop list.
-   * ``en``: a token in the English stop list is dropped; the rest are stemmed with the
-     Snowball English stemmer (PyStemmer).
+     or its lemma is in a stop list. Otherwise it becomes its lemma (normal form,
+     ``ё`` → ``е``). Tokens without Cyrillic (Latin words, numbers) are kept as they are
+     unless they are in a stop list.
+   * ``en``: a token in a stop list is dropped; the rest are stemmed with the Snowball
+     English stemmer (PyStemmer), which leaves non-Latin words as they are.
+
+   The stop lists of both languages apply to both (:mod:`fingerprint.stopwords`; they
+   cannot collide, and quoted English in Russian text loses its function words too).
    * ``none``: tokens are kept as they are.
 
    With ``lemmatize`` off, words are not lemmatised / stemmed; with ``drop_stopwords`` off,
@@ -48,11 +54,12 @@ first few thousand documents almost every token is a cache hit.
 from __future__ import annotations
 
 import html
+import itertools
 import re
 import threading
 import unicodedata
 from functools import lru_cache
-from typing import Callable, Iterable, Literal
+from typing import Callable, Iterable, Iterator, Literal
 
 import numpy as np
 
@@ -70,7 +77,19 @@ RU_DROP_POS = frozenset({"PREP", "CONJ", "PRCL", "INTJ", "NPRO"})
 #: pymorphy3 grammemes that mark pronoun-like words under another part of speech.
 RU_DROP_GRAMMEMES = frozenset({"Apro"})
 
-_MARKUP = re.compile(r"<[A-Za-z/!?]")
+#: Lowercase names of common HTML elements (a start tag of one of them marks markup).
+HTML_ELEMENTS = ("html|head|body|p|div|span|br|hr|a|b|i|u|s|em|strong|small|big|sub|sup|table|thead|tbody|tr|"
+                 "td|th|ul|ol|li|dl|dt|dd|h[1-6]|img|script|style|meta|link|title|pre|code|blockquote|font|"
+                 "center|section|article|header|footer|nav|main|aside|figure|figcaption|iframe|form|input|"
+                 "button|label|select|option|textarea|noscript|svg|wbr|q|cite|abbr|time|mark")
+_MARKUP = re.compile(rf"</[A-Za-z][A-Za-z0-9]*\s*>|<!--|<!doctype|<!DOCTYPE|<\?xml"
+                     rf"|<(?:{HTML_ELEMENTS})(?:\s[^<>]*=[^<>]*)?\s*/?>")
+_WHITESPACE = re.compile(r"\s(?=\S*\Z)")  # the last whitespace character of the window
+_TAG_START = re.compile(r"<(?=[^<]*\Z)")  # the last "<" of the window
+_HIDDEN = re.compile(r"<(script|style)\b[^>]*>(?:.*?</\1\s*>|.*\Z)|<!--(?:.*?-->|.*\Z)", re.S | re.I)
+
+#: Texts longer than this many characters are canonicalised piece by piece (bounded memory).
+PIECE_CHARS = 1 << 20
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _CYRILLIC = re.compile("[\u0400-\u04ff]")
 
@@ -85,6 +104,10 @@ def strip_markup(text: str) -> str:
     """Visible text of an HTML document or fragment (step 1 of the module docstring)."""
     if not _MARKUP.search(text):
         return html.unescape(text) if "&" in text else text
+    return _html_text(text)
+
+
+def _html_text(text: str) -> str:
     from selectolax.lexbor import LexborHTMLParser
 
     # lexbor works on UTF-8: lone surrogates cannot be encoded, and are not text anyway.
@@ -96,6 +119,53 @@ def strip_markup(text: str) -> str:
     tree.strip_tags(["script", "style"])
     root = tree.root
     return root.text(separator=" ") if root is not None else ""
+
+
+def _cut(text: str, limit: int, *boundaries: re.Pattern[str]) -> Iterator[str]:
+    """Pieces of at most ``limit`` characters. Each ends just before the last match, in the
+    final 64 Ki characters of its window, of the first of ``boundaries`` that matches there
+    (or at the limit if none does)."""
+    start = 0
+    while len(text) - start > limit:
+        end = start + limit
+        cut = end
+        for boundary in boundaries:
+            match = boundary.search(text, max(start + 1, end - 65536), end)
+            if match:
+                cut = match.start()
+                break
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
+
+
+def plain_pieces(text: str, strip_html: bool = True) -> Iterator[str]:
+    """Steps 1 and the cutting of long texts: plain text in pieces of at most
+    :data:`PIECE_CHARS` characters whose concatenated tokens are the tokens of the whole.
+
+    * Text without markup (or with ``strip_html`` off) is cut at whitespace (the last
+      whitespace character starts the next piece). NFKC, casefolding, entity decoding and
+      tokens never reach across whitespace, so the pieces give the same tokens as the whole.
+    * Markup longer than :data:`PIECE_CHARS` first loses its ``<script>``/``<style>`` elements
+      and comments (by regular expression, an unclosed one up to the end of the text), then
+      is cut just before a tag (``<``) and each piece is parsed on its own: a tag boundary is a
+      token boundary in the parsed text as well, so nothing is glued or split. A window
+      without any ``<`` lies inside one text node and is cut at whitespace instead. (Shorter
+      markup is parsed whole, with script and style dropped by the parser.)
+
+    A window of 64 Ki characters without a boundary is cut where it is: the only case where
+    a token can be split.
+    """
+    if not strip_html:
+        yield from _cut(text, PIECE_CHARS, _WHITESPACE)
+    elif not _MARKUP.search(text):
+        for piece in _cut(text, PIECE_CHARS, _WHITESPACE):
+            yield html.unescape(piece) if "&" in piece else piece
+    elif len(text) <= PIECE_CHARS:
+        yield _html_text(text)
+    else:
+        for piece in _cut(_HIDDEN.sub(" ", text), PIECE_CHARS, _TAG_START, _WHITESPACE):
+            yield _html_text(piece)
 
 
 @lru_cache(maxsize=1)
@@ -136,11 +206,10 @@ def split_codes(codes: np.ndarray) -> list[str]:
 
 def token_spans(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(starts, ends) of the tokens of :func:`canonical_codes` output (end exclusive)."""
-    word = np.empty(len(codes) + 2, dtype=np.int8)
-    word[0] = word[-1] = 0
+    word = np.zeros(len(codes) + 2, dtype=bool)
     np.not_equal(codes, _SPACE, out=word[1:-1])
-    edges = np.diff(word)
-    return np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    edges = np.flatnonzero(word[1:] != word[:-1])  # alternately a start and an end
+    return edges[0::2], edges[1::2]
 
 
 def tokenise(text: str) -> list[str]:
@@ -203,7 +272,9 @@ class WordNormaliser:
         self.cache_size = cache_size
         self.cache: dict[str, str | None] = {}
         self._stem: Callable[[list[str]], list[str]] | None = None
-        self.stoplist = {"ru": stopwords.RUSSIAN, "en": stopwords.ENGLISH}.get(language, frozenset())
+        # Both lists in both languages: they cannot collide (different scripts), and quoted
+        # English in Russian text (or the reverse) loses its function words too.
+        self.stoplist = stopwords.RUSSIAN | stopwords.ENGLISH if language in ("ru", "en") else frozenset()
 
     @property
     def trivial(self) -> bool:
@@ -216,16 +287,12 @@ class WordNormaliser:
             return list(tokens)
         cache = self.cache
         missing = [w for w in set(tokens) if w not in cache]
-        if missing:
-            self.learn(missing)
-        return [cache[w] for w in tokens]
-
-    def learn(self, words: Iterable[str]) -> None:
-        """Compute and cache the canonical form of words not seen before."""
-        words = list(words)
-        if len(self.cache) + len(words) > self.cache_size:
-            self.cache.clear()
-        self.cache.update(zip(words, self.compute(words)))
+        new = dict(zip(missing, self.compute(missing)))
+        result = [new[w] if w in new else cache[w] for w in tokens]
+        if len(cache) + len(new) > self.cache_size:
+            cache.clear()
+        cache.update(itertools.islice(new.items(), self.cache_size - len(cache)))
+        return result
 
     def compute(self, words: list[str]) -> list[str | None]:
         """The uncached word step (pure function of language, params and word)."""

@@ -11,20 +11,19 @@ The pipeline (details in :mod:`fingerprint.canonical` and :mod:`fingerprint.hash
 5. ``groups`` supershingles of ``rows`` minhashes each, and one megashingle per pair of
    supershingles.
 
-Memory: text longer than :data:`PIECE_CHARS` characters is processed piece by piece (cut at
-whitespace), so the working set is bounded by the piece size plus 8 bytes per distinct
-shingle (needed for the exact ``shingle_count``) and the input itself. Shingles run across
-piece boundaries, so the result equals that of the unsplit text.
+Memory: text longer than :data:`~fingerprint.canonical.PIECE_CHARS` characters is processed
+piece by piece (see :func:`fingerprint.canonical.plain_pieces`), so the working set is
+bounded by the piece size plus 8 bytes per distinct shingle (needed for the exact
+``shingle_count``) and the input itself. Shingles run across piece boundaries.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Iterable, Iterator
 
 import numpy as np
 
-from fingerprint.canonical import (Lang, WordNormaliser, canonical_codes, detect_language, split_codes, strip_markup,
+from fingerprint.canonical import (Lang, WordNormaliser, canonical_codes, detect_language, plain_pieces, split_codes,
                                   token_spans)
 from fingerprint.hashing import (DROPPED, U64_MAX, megashingles, minhash, permutations, shingle_hashes,
                                  supershingles, token_hash, word_ids)
@@ -32,27 +31,7 @@ from fingerprint.model import Fingerprint, empty_fingerprint, make_fingerprint
 from fingerprint.params import FingerprintParams, scheme_version
 from fingerprint.wordcache import WordHashCache
 
-#: Longer texts are canonicalised in pieces of about this many characters.
-PIECE_CHARS = 1 << 20
 _LANGUAGES = ("auto", "ru", "en", "none")
-_LAST_SPACE = re.compile(r"\s(?=\S*\Z)")
-
-
-def _pieces(text: str) -> Iterator[str]:
-    """Cut ``text`` into pieces of at most :data:`PIECE_CHARS` characters at whitespace.
-
-    NFKC and casefolding never act across whitespace and tokens never contain it, so
-    cutting there changes nothing. A stretch of 4096 characters without any whitespace is
-    cut where it is (the only case where a piece boundary can split a token).
-    """
-    start = 0
-    while len(text) - start > PIECE_CHARS:
-        end = start + PIECE_CHARS
-        match = _LAST_SPACE.search(text, end - 4096, end)
-        cut = match.start() + 1 if match else end
-        yield text[start:cut]
-        start = cut
-    yield text[start:]
 
 
 def _unique(values: np.ndarray) -> np.ndarray:
@@ -96,16 +75,16 @@ class Fingerprinter:
             found = self._normalisers[language] = WordNormaliser(language, self.params, self.cache_size)
         return found
 
-    def _plain(self, text: str) -> str:
+    def _plain_pieces(self, text: str) -> Iterator[str]:
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        return strip_markup(text) if self.params.strip_html else text
+        return plain_pieces(text, self.params.strip_html)
 
     def _canonical_pieces(self, text: str, language: str | None) -> Iterator[tuple[np.ndarray, Lang]]:
         """(canonical code points, language) for each piece of ``text`` (steps 1–4)."""
         chosen = self._language(language)
         lang: Lang | None = None if chosen == "auto" else chosen  # type: ignore[assignment]
-        for piece in _pieces(self._plain(text)):
+        for piece in self._plain_pieces(text):
             codes = canonical_codes(piece)
             if lang is None:
                 lang = detect_language(codes)
@@ -121,7 +100,7 @@ class Fingerprinter:
 
     def detect_language(self, text: str) -> Lang:
         """The language ``auto`` would choose for ``text``."""
-        return detect_language(canonical_codes(next(_pieces(self._plain(text)))))
+        return detect_language(canonical_codes(next(self._plain_pieces(text))))
 
     # ---- hashing ----------------------------------------------------------------------
 

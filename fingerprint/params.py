@@ -45,20 +45,25 @@ class FingerprintParams:
             if not ok:
                 raise ValueError(f"{key} = {getattr(self, key)!r}: must be {allowed}")
 
-        need(isinstance(self.shingle_size, int) and 1 <= self.shingle_size <= 32,
+        def whole(value: object) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        need(whole(self.shingle_size) and 1 <= self.shingle_size <= 32,
              "shingle_size", "a whole number from 1 to 32")
-        need(isinstance(self.num_perm, int) and 1 <= self.num_perm <= 1024,
+        need(whole(self.num_perm) and 1 <= self.num_perm <= 1024,
              "num_perm", "a whole number from 1 to 1024")
-        need(isinstance(self.groups, int) and 1 <= self.groups <= 64,
+        need(whole(self.groups) and 1 <= self.groups <= 64,
              "groups", "a whole number from 1 to 64")
-        need(isinstance(self.rows, int) and 1 <= self.rows <= 1024,
+        need(whole(self.rows) and 1 <= self.rows <= 1024,
              "rows", "a whole number from 1 to 1024")
         need(self.groups * self.rows == self.num_perm,
              "num_perm", f"groups × rows = {self.groups} × {self.rows} = {self.groups * self.rows}")
-        need(isinstance(self.seed, int) and 0 <= self.seed < 2**32,
+        need(whole(self.seed) and 0 <= self.seed < 2**32,
              "seed", "a whole number from 0 to 4294967295")
-        need(self.language in ("auto", "ru", "en", "none"),
+        need(isinstance(self.language, str) and self.language in ("auto", "ru", "en", "none"),
              "language", "one of 'auto', 'ru', 'en', 'none'")
+        for switch in ("strip_html", "drop_stopwords", "lemmatize"):
+            need(isinstance(getattr(self, switch), bool), switch, "true or false")
 
     def as_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)

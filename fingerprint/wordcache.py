@@ -75,7 +75,8 @@ class WordHashCache:
             self.keys = np.empty(0, dtype=np.uint64)
             self.values = np.empty(0, dtype=np.int64)
             self.recent.clear()
-        self.recent.update(zip(ids.tolist(), values))
+        room = self.capacity - len(self)
+        self.recent.update(zip(ids[:room].tolist(), values[:room]))
         if len(self.recent) > max(256, len(self.keys) // 64):
             # Merging is cheap: a stable sort of two sorted runs is one linear merge.
             keys = np.concatenate((self.keys, np.fromiter(self.recent.keys(), dtype=np.uint64, count=len(self.recent))))

@@ -180,6 +180,12 @@ async def stream_back(request: web.Request, upstream: aiohttp.ClientResponse,
     if length is not None and length.isdigit():
         response.content_length = int(length)
     try:
+        if request.method != "HEAD" and response.content_length is not None \
+                and response.content_length <= BUFFERED_BODY_BYTES:
+            body = await upstream.read()   # small: one write instead of one per chunk
+            await response.prepare(request)
+            await response.write_eof(body)
+            return response
         await response.prepare(request)
         if request.method != "HEAD":
             async for chunk in upstream.content.iter_any():

@@ -4,13 +4,12 @@
 supershingles from the signature), about 40 µs a hit. Grouping needs only the signature and the
 shingle count, so the proxy reads those directly from the documented storage format
 (``sig`` = base64 of ``num_perm`` little-endian uint64, ``n`` = shingle count, ``v`` = scheme
-version), all signatures of a window in one base64 decode. An object of another version or of
+version), all signatures of a window in one strict base64 decode. An object of another version or of
 the wrong shape counts as "no fingerprint"; its hit is never collapsed.
 """
 
 from __future__ import annotations
 
-import base64
 import binascii
 from typing import Any, Callable, Sequence
 
@@ -31,7 +30,7 @@ def signature_reader(params: FingerprintParams) -> Reader:
 
     def decode_one(text: str) -> np.ndarray | None:
         try:
-            raw = base64.b64decode(text, validate=True)
+            raw = binascii.a2b_base64(text, strict_mode=True)
         except (binascii.Error, ValueError):
             return None
         return np.frombuffer(raw, dtype="<u8") if len(raw) == 8 * width else None
@@ -54,7 +53,7 @@ def signature_reader(params: FingerprintParams) -> Reader:
         matrix = None
         if joinable:
             try:
-                raw = base64.b64decode("".join(texts), validate=True)
+                raw = binascii.a2b_base64("".join(texts), strict_mode=True)
                 matrix = np.frombuffer(raw, dtype="<u8").reshape(len(texts), width)
             except (binascii.Error, ValueError):
                 matrix = None

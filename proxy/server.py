@@ -17,10 +17,12 @@ import socket
 import sys
 import tempfile
 import time
+from typing import Any, Coroutine
 
 from aiohttp import web
 
 from neardup.config import Config
+from neardup.upstream import UpstreamError, check_upstream
 from proxy.app import create_app
 
 log = logging.getLogger("neardup.proxy")
@@ -59,9 +61,22 @@ async def run_worker(config: Config, sock: socket.socket, metrics_dir: str | Non
     await runner.cleanup()
 
 
+def run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """Run ``main`` on uvloop when it is installed (it halves the event loop's cost per request),
+    else on the standard asyncio loop."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main)
+
+
 def serve(config: Config) -> int:
     """Bind, announce the URL, run ``proxy.workers`` workers until told to stop."""
     sock = bind(config.proxy.host, config.proxy.port)
+    _check_upstream(config)
     workers = config.proxy.workers
     url = url_of(sock)
     message = (f"neardup proxy listening on {url} (workers: {workers}, "
@@ -69,13 +84,26 @@ def serve(config: Config) -> int:
     print(message, flush=True)
     log.info(message, extra={"fields": {"event": "listening", "url.full": url, "workers": workers}})
     if workers == 1:
-        asyncio.run(run_worker(config, sock))
+        run_loop(run_worker(config, sock))
         return 0
     metrics_dir = tempfile.mkdtemp(prefix="neardup-proxy-metrics-")
     try:
         return _supervise(config, sock, workers, metrics_dir)
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _check_upstream(config: Config) -> None:
+    """Warn at start-up when no upstream node answers; the proxy serves anyway (502 until it does).
+
+    Clients bring their own credentials, so a 401 to the proxy's credential-less probe is normal
+    for a secured cluster and only noted.
+    """
+    try:
+        check_upstream(config)
+    except UpstreamError as exc:
+        level = logging.INFO if "no credentials" in str(exc) else logging.WARNING
+        log.log(level, "%s (serving anyway; requests get 502 while no node answers)", exc)
 
 
 def _spawn(config: Config, sock: socket.socket, metrics_dir: str) -> int:
@@ -85,7 +113,7 @@ def _spawn(config: Config, sock: socket.socket, metrics_dir: str) -> int:
         try:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
-            asyncio.run(run_worker(config, sock, metrics_dir))
+            run_loop(run_worker(config, sock, metrics_dir))
         except BaseException:  # noqa: BLE001 - report and leave the worker
             log.exception("worker %d failed", os.getpid())
             code = 1

@@ -13,7 +13,7 @@ from elasticsearch import ApiError
 from fingerprint import FIELD, Fingerprinter, FingerprintParams
 from indexer.dedup import RunIndex, best_match, similarity, verified_matches
 from indexer.enrich import add_fingerprint, enrich_line, splice_field
-from indexer.errors import Unreachable
+from indexer.errors import Unreachable, explain
 from indexer.mapping import (field_conflicts, mapping_conflicts, missing_properties, text_fields,
                              wanted_properties)
 from indexer.progress import LogProgress
@@ -214,6 +214,15 @@ def test_transient_errors_are_classified():
     assert is_transient(elastic_transport.ConnectionError("refused"))
     assert is_transient(elastic_transport.ConnectionTimeout("slow"))
     assert not is_transient(elastic_transport.TlsError("bad cert"))
+
+
+def test_explain_names_the_cause():
+    assert "rejected the credentials (401" in explain(api_error(401), "http://es")
+    assert "denied access (403" in explain(api_error(403), "http://es")
+    missing = ApiError("x", api_error(404).meta, {"error": {"type": "index_not_found_exception", "index": "i"}})
+    assert explain(missing, "http://es", "i") == "no such index: i (at http://es)"
+    assert explain(elastic_transport.ConnectionError("refused"), "http://es").startswith(
+        "Elasticsearch at http://es unreachable")
 
 
 def test_backoff_grows_exponentially_with_jitter_and_a_cap():

@@ -55,6 +55,20 @@ def binned_rate(similarity: np.ndarray, candidate: np.ndarray, expected: np.ndar
                       low=low, high=high)
 
 
+def save_small_png(fig, path: str, dpi: int) -> None:
+    """Save a figure as a palette PNG (64 colours): a line plot loses nothing visible and the
+    file is a fraction of the size of a true-colour one."""
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    buffer.seek(0)
+    with Image.open(buffer) as image:
+        image.convert("RGB").quantize(colors=64).save(path, optimize=True)
+
+
 def plot_candidate_probability(path: str, panels: list[tuple[str, dict[str, tuple[BinnedRate, callable]]]]) -> None:
     """One panel per corpus; per scheme the observed points with intervals and its curve."""
     import matplotlib
@@ -80,7 +94,7 @@ def plot_candidate_probability(path: str, panels: list[tuple[str, dict[str, tupl
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    save_small_png(fig, path, dpi=90)
     plt.close(fig)
 
 
@@ -105,5 +119,5 @@ def plot_scores(path: str, panels: list[tuple[str, dict[str, dict[str, list[floa
             ax.grid(alpha=0.3)
     axes[0][2].legend(fontsize=7, loc="lower left")
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    save_small_png(fig, path, dpi=80)
     plt.close(fig)

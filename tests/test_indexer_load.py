@@ -1,0 +1,194 @@
+"""``neardup enrich``, ``neardup load`` (with --on-duplicate) and ``neardup duplicates``."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from elasticsearch import Elasticsearch
+
+from fingerprint import FIELD, Fingerprinter, FingerprintParams
+from indexer.dedup import similarity
+from indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_STOPPED
+from tests.plugins.corpora import run_neardup
+
+pytestmark = pytest.mark.timeout(600)
+
+#: Reuters stories with natural near-duplicates among them (corrections and re-sends), and others.
+STORY_IDS = ["1", "2", "3", "4", "16", "230", "240", "347", "414", "421"]
+THRESHOLD = 0.9
+
+
+@pytest.fixture(scope="module")
+def fp() -> Fingerprinter:
+    return Fingerprinter(FingerprintParams())
+
+
+@pytest.fixture(scope="module")
+def stories(reuters_docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    by_id = {d["id"]: d for d in reuters_docs}
+    return [by_id[i] for i in STORY_IDS]
+
+
+@pytest.fixture
+def index_name(es: Elasticsearch) -> Iterator[str]:
+    name = f"indexer-load-{uuid.uuid4().hex[:10]}"
+    yield name
+    es.options(ignore_status=404).indices.delete(index=name)
+
+
+def write_lines(path: Path, docs: list[Any]) -> Path:
+    path.write_text("".join((d if isinstance(d, str) else json.dumps(d)) + "\n" for d in docs), encoding="utf-8")
+    return path
+
+
+def brute_force_duplicates(docs: list[dict[str, Any]], fp: Fingerprinter, threshold: float,
+                           earlier: list[dict[str, Any]] = ()) -> dict[str, str]:
+    """id → id of the most similar earlier document at or above the threshold (the oracle)."""
+    seen = [(d["id"], fp.fingerprint_fields([d["title"], d["body"]])) for d in earlier]
+    found = {}
+    for doc in docs:
+        f = fp.fingerprint_fields([doc["title"], doc["body"]])
+        scored = [(similarity(f, g, "resemblance"), other) for other, g in seen if other != doc["id"]]
+        best = max((s for s in scored if s[0] >= threshold and s[0] > 0), default=None, key=lambda s: s[0])
+        if best:
+            found[doc["id"]] = best[1]
+        seen.append((doc["id"], f))
+    return found
+
+
+# --- enrich ---------------------------------------------------------------------------------------------
+
+def test_enrich_adds_fingerprints_keeps_bytes_and_reports_bad_lines(tmp_path, fp, stories):
+    good = '{"id": "x", "n": 1e5, "t": "caf\\u00e9", "title": "T", "body": %s}' % json.dumps(stories[0]["body"])
+    lines = [good, "this is not json", json.dumps(stories[1]), "", '{"id": "y", "title": 5}', "[1]"]
+    source = write_lines(tmp_path / "in.jsonl", lines)
+    result = run_neardup(["enrich", str(source)], "http://127.0.0.1:1")  # no Elasticsearch needed
+    out = result.stdout.decode().split("\n")[:-1]
+    err = result.stderr.decode()
+    assert result.returncode == EXIT_DOCUMENTS_FAILED
+    assert len(out) == len(lines)
+    assert out[0].startswith(good[:-1] + ',"neardup":')
+    assert json.loads(out[0])[FIELD] == fp.fingerprint_fields(["T", stories[0]["body"]]).to_source()
+    assert json.loads(out[2])[FIELD] == fp.fingerprint_fields([stories[1]["title"], stories[1]["body"]]).to_source()
+    assert (out[1], out[3], out[4], out[5]) == (lines[1], "", lines[4], "[1]")
+    assert "line 2: not valid JSON" in err and "line 6: not a JSON object" in err
+    assert "6 lines: 2 fingerprinted, 1 without text" in err and "2 bad (lines 2, 6)" in err
+
+    piped = run_neardup(["enrich"], "http://127.0.0.1:1", input=(json.dumps(stories[2]) + "\n").encode())
+    assert piped.returncode == EXIT_OK
+    assert FIELD in json.loads(piped.stdout)
+
+
+def test_enrich_reports_a_line_that_is_not_utf8(tmp_path):
+    source = tmp_path / "latin1.jsonl"
+    source.write_bytes(b'{"body": "caf\xe9"}\n{"body": "fine text here"}\n')
+    result = run_neardup(["enrich", str(source)], "http://127.0.0.1:1")
+    assert result.returncode == EXIT_DOCUMENTS_FAILED
+    assert result.stdout.split(b"\n")[0] == b'{"body": "caf\xe9"}'
+    assert "line 1: not UTF-8" in result.stderr.decode()
+
+
+def test_enrich_missing_file_is_one_message():
+    result = run_neardup(["enrich", "/nonexistent/file.jsonl"], "http://127.0.0.1:1")
+    assert result.returncode == 2 and "cannot read /nonexistent/file.jsonl" in result.stderr.decode()
+    assert "Traceback" not in result.stderr.decode()
+
+
+# --- load ----------------------------------------------------------------------------------------------
+
+def load(es_url: str, index: str, file: Path, *args: str) -> tuple[Any, dict[str, Any]]:
+    result = run_neardup(["load", "--index", index, str(file), "--json", "--refresh", *args], es_url)
+    summary = json.loads(result.stdout) if result.stdout.strip() else {}
+    return result, summary
+
+
+def test_load_creates_the_index_and_stores_lines_byte_for_byte(es, es_url, index_name, tmp_path, fp, stories):
+    raw = '{"id": "raw", "n": 1e5, "f": 1.00000000000000000001, "title": "T", "body": %s}' % json.dumps(stories[0]["body"])
+    source = write_lines(tmp_path / "docs.jsonl", [raw, *stories[1:4], "oops"])
+    result, summary = load(es_url, index_name, source)
+    assert result.returncode == EXIT_DOCUMENTS_FAILED, result.stderr.decode()  # the bad line
+    assert summary["created_index"] and summary["loaded"] == 4 and summary["bad_lines"][0]["line"] == 5
+    with urllib.request.urlopen(f"{es_url}/{index_name}/_source/raw") as response:
+        stored = response.read().decode()
+    assert stored.startswith(raw[:-1] + ',"neardup":')
+    got = es.get(index=index_name, id=stories[1]["id"])["_source"]
+    assert got[FIELD] == fp.fingerprint_fields([stories[1]["title"], stories[1]["body"]]).to_source()
+    mapping = es.indices.get_mapping(index=index_name)[index_name]["mappings"]["properties"][FIELD]
+    assert mapping["properties"]["mega"] == {"type": "keyword"}
+
+
+@pytest.mark.parametrize("mode", ["tag", "skip"])
+def test_on_duplicate_within_one_run(es, es_url, index_name, tmp_path, fp, stories, mode):
+    expected = brute_force_duplicates(stories, fp, THRESHOLD)
+    assert expected, "the sample must hold near-duplicates"
+    source = write_lines(tmp_path / "docs.jsonl", stories)
+    result, summary = load(es_url, index_name, source, "--on-duplicate", mode, "--threshold", str(THRESHOLD))
+    assert result.returncode == EXIT_OK, result.stderr.decode()
+    reported = {r["id"]: r["duplicate_of"] for r in summary[{"tag": "tagged", "skip": "skipped"}[mode]]}
+    assert reported == expected
+    stored = {h["_id"]: h["_source"] for h in es.search(index=index_name, size=100)["hits"]["hits"]}
+    if mode == "tag":
+        assert set(stored) == set(STORY_IDS)
+        assert {i: s[FIELD].get("duplicate_of") for i, s in stored.items() if "duplicate_of" in s[FIELD]} == expected
+        mapping = es.indices.get_mapping(index=index_name)[index_name]["mappings"]["properties"][FIELD]
+        assert mapping["properties"]["duplicate_of"] == {"type": "keyword"}
+    else:
+        assert set(stored) == set(STORY_IDS) - set(expected)
+
+
+def test_on_duplicate_against_the_index_and_reloading(es, es_url, index_name, tmp_path, fp, stories):
+    first, rest = stories[:6], stories[6:]
+    result, _ = load(es_url, index_name, write_lines(tmp_path / "a.jsonl", first))
+    assert result.returncode == EXIT_OK, result.stderr.decode()
+    expected = brute_force_duplicates(rest, fp, THRESHOLD, earlier=first)
+    assert any(v in {d["id"] for d in first} for v in expected.values()), "need a duplicate of an indexed doc"
+
+    result, summary = load(es_url, index_name, write_lines(tmp_path / "b.jsonl", rest),
+                           "--on-duplicate", "skip", "--threshold", str(THRESHOLD))
+    assert result.returncode == EXIT_OK, result.stderr.decode()
+    assert {r["id"]: r["duplicate_of"] for r in summary["skipped"]} == expected
+
+    # loading the same documents again: a document is never a duplicate of itself, but it is
+    # one of any other near-duplicate the index now holds (in either order of loading)
+    result, summary = load(es_url, index_name, write_lines(tmp_path / "a.jsonl", first),
+                           "--on-duplicate", "skip", "--threshold", str(THRESHOLD))
+    assert result.returncode == EXIT_OK
+    in_index = brute_force_duplicates(first, fp, THRESHOLD, earlier=first)
+    assert set(in_index) - set(brute_force_duplicates(first, fp, THRESHOLD)), "need a pair loaded in order"
+    assert {r["id"] for r in summary["skipped"]} == set(in_index)
+
+
+# --- duplicates ---------------------------------------------------------------------------------------
+
+def test_duplicates_lists_verified_near_duplicates(es, es_url, index_name, tmp_path, fp, stories):
+    result, _ = load(es_url, index_name, write_lines(tmp_path / "docs.jsonl", stories))
+    assert result.returncode == EXIT_OK
+    target = "230"
+    prints = {d["id"]: fp.fingerprint_fields([d["title"], d["body"]]) for d in stories}
+    expected = {i: similarity(prints[target], f, "resemblance") for i, f in prints.items()
+                if i != target and similarity(prints[target], f, "resemblance") >= 0.95}
+    assert expected
+
+    found = run_neardup(["duplicates", "--index", index_name, "--id", target, "--threshold", "0.95", "--json"], es_url)
+    assert found.returncode == EXIT_OK, found.stderr.decode()
+    listed = json.loads(found.stdout)["duplicates"]
+    assert {d["_id"]: pytest.approx(d["similarity"]) for d in listed} == expected
+    assert [d["similarity"] for d in listed] == sorted((d["similarity"] for d in listed), reverse=True)
+
+    text = run_neardup(["duplicates", "--index", index_name, "--id", target, "--threshold", "0.95"], es_url)
+    assert f"{len(expected)} near-duplicate(s) at resemblance >= 0.95" in text.stdout.decode()
+
+    missing = run_neardup(["duplicates", "--index", index_name, "--id", "nope"], es_url)
+    assert missing.returncode == EXIT_STOPPED and "no document with id 'nope'" in missing.stderr.decode()
+
+
+def test_duplicates_of_a_document_without_fingerprint(es, es_url, index_name):
+    es.index(index=index_name, id="plain", document={"title": "t", "body": "b"}, refresh=True)
+    result = run_neardup(["duplicates", "--index", index_name, "--id", "plain"], es_url)
+    assert result.returncode == EXIT_STOPPED
+    assert "has no fingerprint" in result.stderr.decode() and "neardup index" in result.stderr.decode()
