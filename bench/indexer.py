@@ -53,7 +53,7 @@ def load_copies(es: Elasticsearch, index: str, docs: list[dict[str, Any]], copie
         loaded += 1
     es.indices.put_settings(index=index, settings={"refresh_interval": "1s"})
     es.indices.refresh(index=index)
-    es.indices.forcemerge(index=index, max_num_segments=5, request_timeout=600)
+    es.options(request_timeout=600).indices.forcemerge(index=index, max_num_segments=5)
     return loaded
 
 

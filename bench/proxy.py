@@ -95,6 +95,56 @@ def start_proxy(es_url: str) -> tuple[subprocess.Popen[str], str]:
     return process, match.group(1)
 
 
+#: The least any aiohttp proxy does per request: read the body, one pooled upstream request,
+#: answer with the upstream bytes. Run as ``python bench/proxy.py --floor-server PORT ES_URL``.
+def floor_server(port: int, es_url: str) -> None:
+    from aiohttp import web
+
+    async def init() -> web.Application:
+        app = web.Application()
+        sessions: dict[str, aiohttp.ClientSession] = {}
+
+        async def start(app: web.Application) -> None:
+            sessions["s"] = aiohttp.ClientSession(auto_decompress=False)
+
+        async def handle(request: web.Request) -> web.Response:
+            body = await request.read()
+            async with sessions["s"].request(request.method, es_url + request.raw_path, data=body,
+                                             headers={"Content-Type": "application/json"}) as up:
+                data = await up.read()
+                return web.Response(body=data, status=up.status,
+                                    headers={"Content-Type": up.headers["Content-Type"]})
+
+        async def stop(app: web.Application) -> None:
+            await sessions["s"].close()
+
+        app.on_startup.append(start)
+        app.on_cleanup.append(stop)
+        app.router.add_route("*", "/{tail:.*}", handle)
+        return app
+
+    import uvloop
+
+    web.run_app(init(), host="127.0.0.1", port=port, print=None, access_log=None,
+                loop=uvloop.new_event_loop())
+
+
+def start_floor(es_url: str) -> tuple[subprocess.Popen[bytes], str]:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen([sys.executable, __file__, "--floor-server", str(port), es_url])
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    return process, f"http://127.0.0.1:{port}"
+
+
 def queries(count: int, seed: int) -> list[str]:
     titles = [d["title"] for d in reuters_documents() if len(d["title"].split()) >= 3]
     rng = random.Random(seed)
@@ -144,7 +194,7 @@ def measure(url: str, index: str, texts: list[str], size: int, clients: int,
 def grouping_benchmark(es: Elasticsearch, index: str, texts: list[str]) -> dict[str, float]:
     """CPU ms of the proxy's grouping of 1,000 real hits at 0.8, and pair recall vs all pairs."""
     algorithms = default_algorithms(FingerprintParams())
-    timings, found, expected = [], 0, 0
+    timings, core, found, expected = [], [], 0, 0
     windows = 0
     for text in ["oil prices", "bank rate", "shares company", "trade deficit", "wheat export"] + texts[:5]:
         hits = es.search(index=index, query={"match": {"body": text}}, size=1000,
@@ -158,6 +208,11 @@ def grouping_benchmark(es: Elasticsearch, index: str, texts: list[str]) -> dict[
             collapse.group(hits, "_source", 0.8, "resemblance", algorithms)
         timings.append((time.process_time() - started) / repeats * 1000)
         positions, sigs, counts = algorithms.read([h["_source"].get("neardup") for h in hits])
+        started = time.process_time()
+        for _ in range(repeats):
+            i, j, _ = algorithms.similar_pairs(sigs, counts, 0.8, "resemblance")
+            algorithms.group_labels(len(counts), i, j)
+        core.append((time.process_time() - started) / repeats * 1000)
         i, j, _ = algorithms.similar_pairs(sigs, counts, 0.8, "resemblance")
         got = set(zip(i.tolist(), j.tolist()))
         equal = (sigs[:, None, :] == sigs[None, :, :]).mean(axis=2)
@@ -167,16 +222,20 @@ def grouping_benchmark(es: Elasticsearch, index: str, texts: list[str]) -> dict[
         found += len(truth & got)
         expected += len(truth)
     return {"windows": windows, "cpu_ms_mean": statistics.mean(timings), "cpu_ms_max": max(timings),
+            "core_ms_mean": statistics.mean(core), "core_ms_max": max(core),
             "pairs_all_pairs": expected, "pairs_found": found,
             "recall": found / expected if expected else 1.0}
 
 
-def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str, total_docs: int) -> str:
+def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str, total_docs: int,
+           load_before: str, floors: dict[int, float]) -> str:
     lines = [SECTION, "", f"Command: `{command}`", "",
              f"Reuters-21578 ({total_docs} stories) enriched by `neardup index`, one shard; `match` on "
              "`title` with three words of a real title; every setting sends the same queries "
              "directly and through `neardup proxy` (1 worker) in the same run. Load generator, proxy "
-             "and Elasticsearch share the 2 cores. CPU per request from `/proc/<pid>/stat`.", "",
+             "and Elasticsearch share the 2 cores. CPU per request from `/proc/<pid>/stat`. "
+             f"Load average at the start: {load_before}, at the end: {os.getloadavg()[0]:.1f} "
+             "(other work on the machine shares the cores and the Elasticsearch node).", "",
              "| clients | size | direct req/s | proxy req/s | ratio | direct p50 ms | proxy p50 ms | +p50 ms "
              "| direct p99 ms | proxy p99 ms | proxy CPU ms/req | ES CPU ms/req (direct → proxied) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -186,13 +245,44 @@ def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str,
             f"| {row['clients']} | {row['size']} | {d['rps']:.0f} | {p['rps']:.0f} | {p['rps'] / d['rps']:.2f} "
             f"| {d['p50']:.2f} | {p['p50']:.2f} | {p['p50'] - d['p50']:+.2f} | {d['p99']:.2f} | {p['p99']:.2f} "
             f"| {p['cpu_proxy_ms']:.2f} | {d['cpu_es_ms']:.2f} → {p['cpu_es_ms']:.2f} |")
-    lines += ["", f"Grouping micro-benchmark ({grouping['windows']} windows of 1,000 real hits, threshold 0.8, "
-              f"`proxy.collapse.group`): {grouping['cpu_ms_mean']:.2f} ms CPU mean, "
-              f"{grouping['cpu_ms_max']:.2f} ms max; pairs found {grouping['pairs_found']} of "
+    passed = {row["size"]: row["proxy"]["cpu_proxy_ms"] for row in rows if row["clients"] == 1}
+    lines += ["", "Floor: the least CPU any aiohttp proxy spends per request here (read the body, one "
+              "pooled upstream request, answer with the upstream bytes; 1 client): "
+              + ", ".join(f"size {size}: {ms:.2f} ms (neardup proxy, collapsing: {passed[size]:.2f} ms)"
+                          for size, ms in floors.items()) + "."]
+    lines += ["", f"Grouping micro-benchmark ({grouping['windows']} windows of 1,000 real hits of `match` "
+              "queries on `body`, threshold 0.8): `fingerprint.similar_pairs` + `group_labels` "
+              f"{grouping['core_ms_mean']:.2f} ms CPU mean ({grouping['core_ms_max']:.2f} max); the proxy's "
+              "whole `proxy.collapse.group` (reading 1,000 signatures out of the hits, pairs, labels, "
+              f"member lists) {grouping['cpu_ms_mean']:.2f} ms mean ({grouping['cpu_ms_max']:.2f} max); "
+              f"pairs found {grouping['pairs_found']} of "
               f"{grouping['pairs_all_pairs']} an all-pairs comparison of the same signatures finds "
               f"(recall {grouping['recall']:.4f}).", "",
               "Targets (issue 5): +≤2 ms p50 at size 10 and +≤5 ms at size 100 with 1 client; ≥70% of "
               "direct throughput with 32 clients; grouping 1,000 hits ≤ 5 ms CPU with ≥ 99% recall.", ""]
+    lines += ["| target | this run | met |", "|---|---|---|"]
+    for row in rows:
+        d, p = row["direct"], row["proxy"]
+        if row["clients"] == 1:
+            limit = 2.0 if row["size"] == 10 else 5.0
+            lines.append(f"| 1 client, size {row['size']}: +p50 ≤ {limit:g} ms | {p['p50'] - d['p50']:+.2f} ms "
+                         f"| {'yes' if p['p50'] - d['p50'] <= limit else 'no'} |")
+        else:
+            ratio = p["rps"] / d["rps"]
+            lines.append(f"| 32 clients, size {row['size']}: ≥ 70% of direct req/s | {ratio:.0%} "
+                         f"| {'yes' if ratio >= 0.7 else 'no'} |")
+    lines.append(f"| grouping 1,000 hits ≤ 5 ms CPU (similar_pairs + group_labels) | {grouping['core_ms_mean']:.2f} ms "
+                 f"| {'yes' if grouping['core_ms_mean'] <= 5 else 'no'} |")
+    lines.append(f"| grouping 1,000 hits ≤ 5 ms CPU (whole proxy step) | {grouping['cpu_ms_mean']:.2f} ms "
+                 f"| {'yes' if grouping['cpu_ms_mean'] <= 5 else 'no'} |")
+    lines.append(f"| recall ≥ 99% of all-pairs | {grouping['recall']:.2%} | {'yes' if grouping['recall'] >= 0.99 else 'no'} |")
+    lines += ["", "Where the time goes: the floor row shows that an aiohttp proxy that does nothing costs "
+              "about as much CPU per request as Elasticsearch spends on these small `match` queries, so "
+              "with every process sharing two busy cores the 32-client throughput is bounded by total CPU "
+              "per request (Elasticsearch + proxy + load generator), not by the proxy's concurrency. "
+              "Collapsing adds JSON parsing and serialisation of the window (orjson), reading the "
+              "signatures (one base64 decode per window) and `similar_pairs`, whose cost for small "
+              "windows is dominated by a fixed per-call overhead (one sort per scanned minhash slot).", ""]
     return "\n".join(lines)
 
 
@@ -214,8 +304,13 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=400, help="searches per setting and target")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--results", type=Path, help="write the section into this RESULTS.md")
+    parser.add_argument("--floor-server", nargs=2, metavar=("PORT", "ES_URL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.floor_server:
+        floor_server(int(args.floor_server[0]), args.floor_server[1])
+        return 0
     es = Elasticsearch(args.es, request_timeout=300)
+    load_before = f"{os.getloadavg()[0]:.1f}"
     index = args.index or load_reuters(es, args.es)
     process, proxy_url = start_proxy(args.es)
     try:
@@ -229,6 +324,13 @@ def main() -> int:
                     row[target] = measure(url, index, texts, size, clients, pids)
                     print(f"clients={clients} size={size} {target}: {row[target]}", file=sys.stderr)
                 rows.append(row)
+        floor, floor_url = start_floor(args.es)
+        try:
+            floors = {size: measure(floor_url, index, texts, size, 1, {"floor": floor.pid})["cpu_floor_ms"]
+                      for size in (10, 100)}
+        finally:
+            floor.terminate()
+            floor.wait(30)
         grouping = grouping_benchmark(es, index, texts)
         total = es.count(index=index)["count"]
     finally:
@@ -237,7 +339,7 @@ def main() -> int:
         if not args.index:
             es.options(ignore_status=404).indices.delete(index=index)
     command = "python bench/proxy.py --es URL" + (f" --requests {args.requests}" if args.requests != 400 else "")
-    text = report(rows, grouping, command, total)
+    text = report(rows, grouping, command, total, load_before, floors)
     print(text)
     if args.results:
         write_section(args.results, text)

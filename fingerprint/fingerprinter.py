@@ -19,14 +19,16 @@ bounded by the piece size plus 8 bytes per distinct shingle (needed for the exac
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+import itertools
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from fingerprint import canonical
 from fingerprint.canonical import (Lang, WordNormaliser, canonical_codes, detect_language, plain_pieces, split_codes,
                                   token_spans)
-from fingerprint.hashing import (DROPPED, U64_MAX, megashingles, minhash, permutations, shingle_hashes,
-                                 supershingles, token_hash, word_ids)
+from fingerprint.hashing import (DROPPED, U64_MAX, megashingles, minhash, minhash_batch, permutations,
+                                 shingle_hashes, shingle_hashes_batch, supershingles, token_hash, word_ids)
 from fingerprint.model import Fingerprint, empty_fingerprint, make_fingerprint
 from fingerprint.params import FingerprintParams, scheme_version
 from fingerprint.wordcache import WordHashCache
@@ -59,6 +61,7 @@ class Fingerprinter:
         self._a, self._b = permutations(self.params.seed, self.params.num_perm)
         self._normalisers: dict[str, WordNormaliser] = {}
         self._word_caches: dict[str, WordHashCache] = {}
+        self._token_cache: dict[str, int] = {}
 
     # ---- canonical text -------------------------------------------------------------
 
@@ -127,10 +130,18 @@ class Fingerprinter:
             hashes = hashes[hashes != DROPPED]
         return hashes.view(np.uint64)
 
-    def token_hashes(self, tokens: list[str]) -> np.ndarray:
-        """uint64 mmh3 hashes of already canonical tokens (no word processing)."""
-        seed = self.params.seed
-        return np.array([token_hash(t, seed) for t in tokens], dtype=np.int64).view(np.uint64)
+    def token_hashes(self, tokens: Sequence[str]) -> np.ndarray:
+        """uint64 mmh3 hashes of already canonical tokens (no word processing), cached per token."""
+        cache = self._token_cache
+        values = list(map(cache.get, tokens))
+        if None in values:
+            seed = self.params.seed
+            learned = {t: token_hash(t, seed) for t in {t for t, v in zip(tokens, values) if v is None}}
+            values = [learned[t] if v is None else v for t, v in zip(tokens, values)]
+            if len(cache) + len(learned) > self.cache_size:
+                cache.clear()
+            cache.update(itertools.islice(learned.items(), self.cache_size - len(cache)))
+        return np.array(values, dtype=np.int64).view(np.uint64)
 
     def shingles(self, tokens: list[str]) -> np.ndarray:
         """Unique sorted 64-bit shingle hashes of a canonical token list."""
@@ -187,6 +198,53 @@ class Fingerprinter:
         if unique.size == 0:
             return empty_fingerprint(self.version, self.params.num_perm)
         return self._assemble(minhash(unique, self._a, self._b), unique.size)
+
+    # ---- many at once -----------------------------------------------------------------
+
+    def signatures(self, token_lists: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndarray]:
+        """(N, K) signatures and (N,) shingle counts of N canonical token lists, in one pass.
+
+        The same values as :meth:`fingerprint_tokens` gives one by one, computed on the
+        concatenation of all token lists: the per-document NumPy overhead is paid once.
+        """
+        lengths = np.fromiter((len(t) for t in token_lists), dtype=np.int64, count=len(token_lists))
+        hashes = self.token_hashes(list(itertools.chain.from_iterable(token_lists)))
+        return self._batch(hashes, lengths)
+
+    def fingerprint_many(self, texts: Sequence[str], language: str | None = None) -> list[Fingerprint]:
+        """``[self.fingerprint(t, language) for t in texts]``, with shingling and MinHash of
+        all texts done in one pass (texts long enough to be cut into pieces go one by one)."""
+        hashes: list[np.ndarray] = []
+        for text in texts:
+            if isinstance(text, str) and len(text) > canonical.PIECE_CHARS:
+                hashes.append(np.empty(0, np.uint64))  # done one by one below
+            else:
+                (codes, lang), = self._canonical_pieces(text, language)
+                hashes.append(self._piece_token_hashes(codes, lang))
+        lengths = np.array([len(h) for h in hashes], dtype=np.int64)
+        signatures, counts = self._batch(np.concatenate(hashes) if hashes else np.empty(0, np.uint64), lengths)
+        out = []
+        for k, text in enumerate(texts):
+            if len(text) > canonical.PIECE_CHARS:
+                out.append(self.fingerprint(text, language))
+            elif counts[k] == 0:
+                out.append(empty_fingerprint(self.version, self.params.num_perm))
+            else:
+                out.append(self._assemble(signatures[k], int(counts[k])))
+        return out
+
+    def _batch(self, token_hashes: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Signatures and shingle counts of documents whose token hashes are concatenated."""
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        shingles, owner = shingle_hashes_batch(token_hashes, offsets, self.params.shingle_size, self.params.seed)
+        # Distinct shingles per document: after a stable sort by hash, equal hashes keep their
+        # document order, so a repeat within one document sits right after its first occurrence.
+        order = np.argsort(shingles, kind="stable")
+        values, owners = shingles[order], owner[order]
+        repeats = owners[1:][(values[1:] == values[:-1]) & (owners[1:] == owners[:-1])]
+        counts = np.bincount(owner, minlength=len(lengths)) - np.bincount(repeats, minlength=len(lengths))
+        return minhash_batch(shingles, owner, len(lengths), self._a, self._b), counts
 
     def _assemble(self, signature: np.ndarray, count: int) -> Fingerprint:
         supers = supershingles(signature, self.params.groups)

@@ -13,7 +13,7 @@ import functools
 import json
 import logging
 import sys
-from typing import Any, Callable
+from typing import Callable
 
 import elastic_transport
 from elasticsearch import ApiError

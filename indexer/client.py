@@ -11,26 +11,19 @@ from typing import Any
 from elasticsearch import Elasticsearch
 
 from neardup.config import UpstreamConfig
+from neardup.upstream import _client_options as upstream_client_options
 from neardup.upstream import without_credentials
 
 
 def client_options(upstream: UpstreamConfig) -> dict[str, Any]:
-    """Keyword arguments for :class:`elasticsearch.Elasticsearch` from the configuration."""
-    options: dict[str, Any] = {
-        "request_timeout": upstream.request_timeout,
-        "max_retries": 0,
-        "retry_on_timeout": False,
-        "connections_per_node": min(upstream.max_connections, 8),
-    }
-    if upstream.api_key:
-        options["api_key"] = upstream.api_key
-    elif upstream.username:
-        options["basic_auth"] = (upstream.username, upstream.password)
-    if upstream.ca_certs:
-        options["ca_certs"] = upstream.ca_certs
-    if not upstream.verify_certs:
-        options["verify_certs"] = False
-        options["ssl_show_warn"] = False
+    """Keyword arguments for :class:`elasticsearch.Elasticsearch` from the configuration.
+
+    Credentials and TLS as in the start-up check (:mod:`neardup.upstream`); the job's own
+    request timeout and a small connection pool (a worker has one request in flight).
+    """
+    options = upstream_client_options(upstream)
+    options.update(request_timeout=upstream.request_timeout, max_retries=0, retry_on_timeout=False,
+                   connections_per_node=min(upstream.max_connections, 8))
     return options
 
 

@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 
 from elasticsearch import ApiError, Elasticsearch
 
-from fingerprint import FIELD, Fingerprinter, scheme_version
+from fingerprint import Fingerprinter, scheme_version
 from indexer.client import display_url, make_client
 from indexer.enrich import compute_fingerprint
 from indexer.errors import JobError, error_type_and_reason, explain
@@ -167,30 +167,34 @@ def run_slice(config: Config, options: IndexOptions, spec: SliceSpec, version: s
                          spec, options.batch_size, config.indexer.keep_alive, options.fields)
     updater = BulkUpdater(client, retrier, fingerprint_function(options.fields, fingerprinter),
                           options.fields, config.indexer.max_retries, stats)
+    reported = JobStats()
+
+    def report_progress() -> None:
+        nonlocal reported
+        stats.transient_retries = retrier.retries
+        stats.pit_restarts = reader.pit_restarts
+        report("progress", _delta(stats, reported))
+        reported = _copy(stats)
+
     try:
         reader.open()
         to_read = reader.count(reader.query)
         skipped_current = 0 if options.force else reader.count(already_current(
             version=version, since=options.since, since_field=options.since_field))
         report("total", {"to_read": to_read, "skipped_current": skipped_current})
-        reported = JobStats()
         started = time.perf_counter()
         for hits in reader.pages():
             stats.read_seconds += time.perf_counter() - started
             stats.read += len(hits)
             pending = [p for p in (updater.pending_from_hit(hit) for hit in hits) if p is not None]
             updater.write(pending)
-            stats.transient_retries = retrier.retries
-            stats.pit_restarts = reader.pit_restarts
-            report("progress", _delta(stats, reported))
-            reported = _copy(stats)
+            report_progress()
             if stop.is_set() or os.getppid() != parent_pid:
                 break
             started = time.perf_counter()
-        stats.transient_retries = retrier.retries
-        stats.pit_restarts = reader.pit_restarts
         return stats
     finally:
+        report_progress()  # also what a page cut short by an error got done
         reader.close()
         client.close()
 
@@ -224,9 +228,8 @@ def _worker_main(config: Config, options: IndexOptions, spec: SliceSpec, version
         messages.put((kind, str(spec), payload))
 
     try:
-        stats = run_slice(config, options, spec, version, report, stop, parent_pid)
+        run_slice(config, options, spec, version, report, stop, parent_pid)
         report("done", None)
-        del stats
     except JobError as exc:
         report("error", str(exc))
     except ApiError as exc:

@@ -39,7 +39,7 @@ class BarProgress(Progress):
     def __init__(self, stream: IO[str], label: str) -> None:
         from tqdm import tqdm
 
-        self.bar: Any = tqdm(total=0, desc=label, unit="docs", file=stream, dynamic_ncols=True,
+        self.bar: Any = tqdm(total=None, desc=label, unit="docs", file=stream, dynamic_ncols=True,
                              smoothing=0.1)
         self.shown = 0
 

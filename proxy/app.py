@@ -192,6 +192,8 @@ async def stream_back(request: web.Request, upstream: aiohttp.ClientResponse,
                 await response.write(chunk)
         await response.write_eof()
     except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        if not response.prepared:
+            raise errors.upstream_broken(f"{type(exc).__name__}: {exc}") from None
         log.warning("upstream broke off a response: %s", type(exc).__name__,
                     extra={"fields": {"event": "upstream_broken", "url.path": request.path}})
         request.app[STATE].metrics.inc("neardup_proxy_upstream_errors_total", kind="broken")

@@ -109,15 +109,16 @@ def _max_score(hits: Sequence[dict[str, Any]]) -> float | None:
     return max(scores) if scores else None
 
 
-def strip_fields(hit: dict[str, Any], added: Sequence[str], had_fields: bool) -> None:
-    """Remove the ``fields`` entries the proxy asked for and the client did not (in place)."""
+def strip_fields(hit: dict[str, Any], added: Sequence[str]) -> None:
+    """Remove the ``fields`` entries the proxy asked for and the client did not (in place);
+    a ``fields`` object left empty goes too, as Elasticsearch leaves it out when empty."""
     if not added:
         return
     fields = hit.get("fields")
     if isinstance(fields, dict):
         for name in added:
             fields.pop(name, None)
-        if not fields and not had_fields:
+        if not fields:
             del hit["fields"]
 
 

@@ -2,7 +2,8 @@
 
 Hop-by-hop headers (RFC 9110 §7.6.1: ``Connection`` and the headers it names, ``Keep-Alive``,
 ``Proxy-*``, ``TE``, ``Trailer``, ``Transfer-Encoding``, ``Upgrade``) describe one connection
-and are never forwarded; ``Host`` is the upstream's. Everything else passes unchanged.
+and are never forwarded; ``Host`` is the upstream's, and ``Expect: 100-continue`` is answered by
+the proxy's own server (the body is then sent upstream complete). Everything else passes unchanged.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from proxy.params import is_control_header
 
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
                         "proxy-connection", "te", "trailer", "trailers", "transfer-encoding",
-                        "upgrade", "host"})
+                        "upgrade", "host", "expect"})
 _COMPAT = re.compile(r"compatible-with\s*=\s*(\d+)", re.I)
 
 

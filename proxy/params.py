@@ -148,8 +148,12 @@ def is_control_header(name: str) -> bool:
 
 
 def resolve(controls: Controls, config: CollapseConfig, index: str) -> Settings:
-    """Request controls over per-index configuration over global configuration."""
-    enabled, threshold, mode = collapse_settings_for(config, index)
+    """Request controls over per-index configuration over global configuration.
+
+    ``index`` is the index expression of the request; per-index overrides are matched against
+    its first name (``news-*,archive`` → ``news-*``).
+    """
+    enabled, threshold, mode = collapse_settings_for(config, index.split(",", 1)[0].strip())
     return Settings(
         enabled=controls.enabled if controls.enabled is not None else enabled,
         threshold=controls.threshold if controls.threshold is not None else threshold,

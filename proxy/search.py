@@ -23,7 +23,6 @@ The fingerprints come back through one of two *channels*:
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -219,7 +218,7 @@ def finish(window: Window, groups: list[list[int]], fingerprinted: int) -> dict[
     plan = window.plan
     assert window.first is not None
     for hit in window.hits:
-        collapse.strip_fields(hit, plan.added_fields, had_fields=False)
+        collapse.strip_fields(hit, plan.added_fields)
     page = collapse.build_page(window.hits, groups, plan.start, plan.size, plan.total_as_int)
     response = dict(window.first)
     response["took"] = window.took
@@ -232,7 +231,3 @@ def finish(window: Window, groups: list[list[int]], fingerprinted: int) -> dict[
 
 def apply_filter(plan_filter: filter_path.FilterPath | None, response: Any) -> Any:
     return plan_filter.apply(response) if plan_filter is not None else response
-
-
-def deep_copy_body(body: dict[str, Any]) -> dict[str, Any]:
-    return copy.deepcopy(body)

@@ -16,7 +16,7 @@ import pytest
 
 from fingerprint import (ALGORITHM_VERSION, Fingerprint, Fingerprinter, FingerprintParams, estimated_containment,
                          estimated_resemblance, scheme_version)
-from fingerprint.hashing import (GOLDEN, MASK64, MEGA_SEED, SUPER_SEED, fmix64_int, minhash, permutations,
+from fingerprint.hashing import (FMIX_C1, GOLDEN, MASK64, MEGA_SEED, SUPER_SEED, fmix64_int, minhash, permutations,
                                  shingle_hashes, splitmix64)
 from neardup.corpora import reuters_documents
 
@@ -33,10 +33,10 @@ def reference_fingerprint(tokens: list[str], params: FingerprintParams) -> dict:
         [token_hashes] if token_hashes else [])
     shingles = set()
     for window in windows:
-        h = fmix64_int(seed ^ ((len(window) * GOLDEN) & MASK64))
+        h = (seed ^ (len(window) * GOLDEN)) & MASK64
         for t in window:
-            h = fmix64_int(h ^ t)
-        shingles.add(h)
+            h = ((h ^ t) * FMIX_C1) & MASK64
+        shingles.add(fmix64_int(h))
     stream = splitmix64(seed ^ 0x6A09E667F3BCC909, 2 * params.num_perm)
     perms = [(stream[2 * k] | 1, stream[2 * k + 1]) for k in range(params.num_perm)]
     if not shingles:
@@ -111,6 +111,24 @@ def test_minhash_in_blocks_equals_one_pass() -> None:
     assert np.array_equal(minhash(values, a, b), one_pass)
 
 
+def test_batch_apis_equal_one_by_one() -> None:
+    """signatures() and fingerprint_many() (one vectorised pass) == fingerprint_tokens / fingerprint."""
+    rng = np.random.default_rng(4)
+    stories = [d["title"] + "\n" + d["body"] for d in itertools.islice(reuters_documents(), 400)]
+    texts = stories + ["", "one", "two words", "и в на", "x " * 3000] + [stories[0]] * 3
+    order = rng.permutation(len(texts))
+    texts = [texts[k] for k in order]
+    for params in (FingerprintParams(), FingerprintParams(shingle_size=2, num_perm=12, groups=3, rows=4)):
+        fp = Fingerprinter(params)
+        one_by_one = [fp.fingerprint(t) for t in texts]
+        assert fp.fingerprint_many(texts) == one_by_one
+        signatures, counts = fp.signatures([fp.canonical_tokens(t) for t in texts])
+        assert np.array_equal(signatures, np.stack([f.signature for f in one_by_one]))
+        assert counts.tolist() == [f.shingle_count for f in one_by_one]
+    assert Fingerprinter().fingerprint_many([]) == []
+    assert Fingerprinter().signatures([])[0].shape == (0, 84)
+
+
 def test_permutations_are_fixed_forever() -> None:
     """SplitMix64 is implemented here, so the permutations cannot move with NumPy releases."""
     a, b = permutations(1, 84)
@@ -126,10 +144,10 @@ def test_shingle_hash_fold_matches_definition() -> None:
     got = shingle_hashes(tokens, 3, 9).tolist()
     expected = []
     for i in range(2):
-        h = fmix64_int(9 ^ ((3 * GOLDEN) & MASK64))
+        h = (9 ^ (3 * GOLDEN)) & MASK64
         for t in tokens[i:i + 3].tolist():
-            h = fmix64_int(h ^ t)
-        expected.append(h)
+            h = ((h ^ t) * FMIX_C1) & MASK64
+        expected.append(fmix64_int(h))
     assert got == expected
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import random
 
@@ -16,7 +17,7 @@ from indexer.enrich import add_fingerprint, enrich_line, splice_field
 from indexer.errors import Unreachable, explain
 from indexer.mapping import (field_conflicts, mapping_conflicts, missing_properties, text_fields,
                              wanted_properties)
-from indexer.progress import LogProgress
+from indexer.progress import LogProgress, Progress
 from indexer.query import SliceSpec, parse_slice, plan_slices, selection
 from indexer.retry import Retrier, backoff_delay, is_transient
 from indexer.stats import Failures, JobStats, format_summary
@@ -286,6 +287,20 @@ def test_log_progress_line_has_rate_and_eta():
     progress.add_total(1000)
     line = progress.line(JobStats(read=250, updated=240), 10.0)
     assert "read 250/1000 (25%)" in line and "25 docs/s" in line and "ETA 30s" in line
+
+
+def test_terminal_gets_a_bar_and_other_streams_log_lines():
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    bar = Progress.for_stream(terminal, "idx")
+    bar.add_total(200)
+    bar.tick(JobStats(read=100, updated=90))
+    bar.close()
+    assert "idx" in terminal.getvalue() and "100/200" in terminal.getvalue()
+    assert isinstance(Progress.for_stream(io.StringIO(), "idx"), LogProgress)
 
 
 def test_fingerprint_arrays_are_uint64(fp):

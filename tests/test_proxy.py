@@ -22,7 +22,6 @@ from tests.test_proxy_support import (  # noqa: F401 - fixtures
     family_index,
     free_port,
     make_config,
-    mapping,
     pes,
     proxy,
 )
@@ -572,3 +571,36 @@ def test_access_log_is_structured_and_has_no_credentials(proxy: ProxyThread, cap
     text = " ".join(r.getMessage() + json.dumps(r.fields) for r in records)
     for secret in ("hunter2", "hunter3", "c2VjcmV0", "password"):
         assert secret not in text
+
+
+def test_large_bodies_stream_both_ways(pes: Elasticsearch, es: Elasticsearch, proxy: ProxyThread) -> None:
+    name = f"proxy-large-{time.time_ns()}"
+    text = "lorem ipsum dolor sit amet " * 400       # ~11 KB a document
+    try:
+        operations = []
+        for i in range(300):                          # a ~3.3 MB _bulk body (streamed upstream)
+            operations += [{"index": {"_index": name, "_id": str(i)}}, {"t": text, "i": i}]
+        result = pes.bulk(operations=operations, refresh="wait_for")
+        assert not result["errors"] and len(result["items"]) == 300
+        assert es.count(index=name)["count"] == 300
+        status, headers, raw = http(proxy.url + f"/{name}/_search?neardup=off&size=300&sort=i")
+        direct = http(es.transport.node_pool.get().base_url + f"/{name}/_search?size=300&sort=i")
+        assert status == 200 and len(raw) > 3_000_000
+        assert without_took(raw) == without_took(direct[2])
+    finally:
+        es.options(ignore_status=404).indices.delete(index=name)
+
+
+def test_expect_100_continue_is_handled_by_the_proxy(proxy: ProxyThread, es_url: str,
+                                                     family_index: FamilyIndex) -> None:
+    import subprocess
+
+    body = json.dumps({"query": {"match": {"body": "x " * 1500}}})   # curl sends Expect past 1 KB
+    for path in (f"/{family_index.name}/_search", f"/{family_index.name}/_count"):
+        result = subprocess.run(
+            ["curl", "-s", "-o", "-", "-w", "\n%{http_code}", "-H", "Expect: 100-continue",
+             "-H", "Content-Type: application/json", "--data-binary", "@-", proxy.url + path],
+            input=body, capture_output=True, text=True, timeout=60)
+        payload, _, code = result.stdout.rpartition("\n")
+        assert code == "200", result.stdout[:300]
+        assert "hits" in json.loads(payload) or "count" in json.loads(payload)

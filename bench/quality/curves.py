@@ -55,6 +55,20 @@ def binned_rate(similarity: np.ndarray, candidate: np.ndarray, expected: np.ndar
                       low=low, high=high)
 
 
+def _unit_axis(ax) -> None:
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+
+
+def _finish(fig, legend_ax, loc: str, path: str, dpi: int) -> None:
+    import matplotlib.pyplot as plt
+
+    legend_ax.legend(fontsize=7, loc=loc)
+    fig.tight_layout()
+    save_small_png(fig, path, dpi=dpi)
+    plt.close(fig)
+
+
 def save_small_png(fig, path: str, dpi: int) -> None:
     """Save a figure as a palette PNG (64 colours): a line plot loses nothing visible and the
     file is a fraction of the size of a true-colour one."""
@@ -90,12 +104,8 @@ def plot_candidate_probability(path: str, panels: list[tuple[str, dict[str, tupl
         ax.set_xlabel("exact resemblance s")
         ax.set_ylabel("P(pair is a candidate)")
         ax.set_xlim(0, 1)
-        ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    save_small_png(fig, path, dpi=90)
-    plt.close(fig)
+        _unit_axis(ax)
+    _finish(fig, axes[0][0], "upper left", path, dpi=90)
 
 
 def plot_scores(path: str, panels: list[tuple[str, dict[str, dict[str, list[float]]]]],
@@ -115,9 +125,5 @@ def plot_scores(path: str, panels: list[tuple[str, dict[str, dict[str, list[floa
                 ax.plot(thresholds, scores[score], style, marker=".", lw=1.2, label=name)
             ax.set_title(f"{title}: {score}", fontsize=10)
             ax.set_xlabel("threshold t (exact resemblance ≥ t is a true pair)")
-            ax.set_ylim(-0.02, 1.02)
-            ax.grid(alpha=0.3)
-    axes[0][2].legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
-    save_small_png(fig, path, dpi=80)
-    plt.close(fig)
+            _unit_axis(ax)
+    _finish(fig, axes[0][2], "lower left", path, dpi=80)

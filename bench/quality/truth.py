@@ -28,8 +28,6 @@ from typing import Sequence
 import numpy as np
 from scipy import sparse
 
-from quality.pairs import pair_keys
-
 
 @dataclass(frozen=True)
 class Truth:
@@ -145,4 +143,4 @@ def brute_force_truth(shingle_sets: Sequence[np.ndarray]) -> dict[tuple[int, int
     return out
 
 
-__all__ = ["Truth", "exact_truth", "incidence_matrix", "brute_force_truth", "pair_keys"]
+__all__ = ["Truth", "exact_truth", "incidence_matrix", "brute_force_truth"]
