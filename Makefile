@@ -6,7 +6,7 @@
 #                       directly and through the proxy (DATA=path, DOCS=n; KEEP=1 leaves
 #                       the node running: scripts/es status --home run/es-demo)
 #   make es-start       start a development node (ES_PORT, ES_SECURITY), make es-stop stops it
-#   make bench          run the benchmarks that exist under bench/
+#   make bench          run the benchmarks under bench/ against a fresh node
 #
 # Variables: PYTHON (python3), PYTEST_ARGS (extra pytest arguments), DATA (folder of the shared
 # data, default ../shared/data), DOCS (stories loaded by the demo), ES_PORT (9200),
@@ -24,6 +24,7 @@ ES_SECURITY ?= off
 ES_HEAP ?= 1g
 TEST_ES_HOME := run/es-test
 DEMO_ES_HOME := run/es-demo
+BENCH_ES_HOME := run/es-bench
 
 .PHONY: install test demo es-start es-stop es-status bench clean
 
@@ -57,14 +58,20 @@ es-stop:
 es-status:
 	scripts/es status --port $(ES_PORT)
 
+# The benchmarks of each area against a fresh node; each writes its own section of
+# bench/RESULTS.md when asked (see the scripts' --help). quality.py runs in its --quick form.
 bench: install
-	@set -e; found=0; \
-	for script in bench/fingerprint.py bench/indexer.py bench/proxy.py; do \
-		if [ -f $$script ]; then found=1; echo "== $$script"; $(PY) $$script; fi; \
-	done; \
-	[ $$found = 1 ] || echo "no benchmarks yet (bench/fingerprint.py, bench/indexer.py, bench/proxy.py)"
+	@trap 'scripts/es stop --home $(BENCH_ES_HOME) --purge' EXIT; trap 'exit 130' INT TERM; \
+	scripts/es start --home $(BENCH_ES_HOME) --port auto --heap $(ES_HEAP) --fresh >/dev/null || exit 1; \
+	url=$$(scripts/es url --home $(BENCH_ES_HOME)); \
+	set -e; \
+	echo "== bench/fingerprint.py"; $(PY) bench/fingerprint.py; \
+	echo "== bench/indexer.py"; NEARDUP_TEST_ES_URL=$$url $(PY) bench/indexer.py --es-url $$url; \
+	echo "== bench/proxy.py"; $(PY) bench/proxy.py --es $$url; \
+	echo "== bench/quality.py --quick"; $(PY) bench/quality.py --quick
 
 clean:
 	-scripts/es stop --home $(TEST_ES_HOME) --purge
 	-scripts/es stop --home $(DEMO_ES_HOME) --purge
+	-scripts/es stop --home $(BENCH_ES_HOME) --purge
 	rm -rf .pytest_cache

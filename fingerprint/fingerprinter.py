@@ -27,7 +27,7 @@ import numpy as np
 from fingerprint import canonical
 from fingerprint.canonical import (Lang, WordNormaliser, canonical_codes, detect_language, plain_pieces, split_codes,
                                   token_spans)
-from fingerprint.hashing import (DROPPED, U64_MAX, megashingles, minhash, minhash_batch, permutations,
+from fingerprint.hashing import (DROPPED, U64_MAX, megashingles, minhash, minhash_batch, multipliers,
                                  shingle_hashes, shingle_hashes_batch, supershingles, token_hash, word_ids)
 from fingerprint.model import Fingerprint, empty_fingerprint, make_fingerprint
 from fingerprint.params import FingerprintParams, scheme_version
@@ -58,10 +58,11 @@ class Fingerprinter:
         self.params = params or FingerprintParams()
         self.version = scheme_version(self.params)
         self.cache_size = cache_size
-        self._a, self._b = permutations(self.params.seed, self.params.num_perm)
+        self._a = multipliers(self.params.seed, self.params.num_perm)
         self._normalisers: dict[str, WordNormaliser] = {}
         self._word_caches: dict[str, WordHashCache] = {}
         self._token_cache: dict[str, int] = {}
+        self._token_ids: WordHashCache | None = None
 
     # ---- canonical text -------------------------------------------------------------
 
@@ -169,7 +170,7 @@ class Fingerprinter:
                 hashes = np.concatenate((carry, hashes))
             if len(hashes) >= size:
                 new = _unique(shingle_hashes(hashes, size, seed))
-                np.minimum(signature, minhash(new, self._a, self._b), out=signature)
+                np.minimum(signature, minhash(new, self._a), out=signature)
                 distinct.append(new)
                 held += len(new)
                 if len(distinct) > 1 and held > 2 * len(distinct[0]) + (1 << 20):
@@ -197,7 +198,7 @@ class Fingerprinter:
         unique = _unique(np.array(hashes, dtype=np.uint64))
         if unique.size == 0:
             return empty_fingerprint(self.version, self.params.num_perm)
-        return self._assemble(minhash(unique, self._a, self._b), unique.size)
+        return self._assemble(minhash(unique, self._a), unique.size)
 
     # ---- many at once -----------------------------------------------------------------
 
@@ -208,8 +209,23 @@ class Fingerprinter:
         concatenation of all token lists: the per-document NumPy overhead is paid once.
         """
         lengths = np.fromiter((len(t) for t in token_lists), dtype=np.int64, count=len(token_lists))
-        hashes = self.token_hashes(list(itertools.chain.from_iterable(token_lists)))
-        return self._batch(hashes, lengths)
+        tokens = list(itertools.chain.from_iterable(token_lists))
+        return self._batch(self._joined_token_hashes(tokens), lengths)
+
+    def _joined_token_hashes(self, tokens: list[str]) -> np.ndarray:
+        """:meth:`token_hashes` through word ids: the tokens joined by spaces into one array
+        of code points, identified with :func:`~fingerprint.hashing.word_ids` and looked up
+        in an id cache (no Python work per token). Falls back to :meth:`token_hashes` for
+        tokens that are empty or contain a space (never the case for canonical tokens)."""
+        if not tokens:
+            return np.empty(0, dtype=np.uint64)
+        codes = np.frombuffer(" ".join(tokens).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        starts, ends = token_spans(codes)
+        if len(starts) != len(tokens) or not all(tokens):
+            return self.token_hashes(tokens)
+        if self._token_ids is None:
+            self._token_ids = WordHashCache(list, self.params.seed, self.cache_size)
+        return self._token_ids.token_hashes(codes, starts, ends, word_ids(codes, starts, ends)).view(np.uint64)
 
     def fingerprint_many(self, texts: Sequence[str], language: str | None = None) -> list[Fingerprint]:
         """``[self.fingerprint(t, language) for t in texts]``, with shingling and MinHash of
@@ -244,7 +260,7 @@ class Fingerprinter:
         values, owners = shingles[order], owner[order]
         repeats = owners[1:][(values[1:] == values[:-1]) & (owners[1:] == owners[:-1])]
         counts = np.bincount(owner, minlength=len(lengths)) - np.bincount(repeats, minlength=len(lengths))
-        return minhash_batch(shingles, owner, len(lengths), self._a, self._b), counts
+        return minhash_batch(shingles, owner, len(lengths), self._a), counts
 
     def _assemble(self, signature: np.ndarray, count: int) -> Fingerprint:
         supers = supershingles(signature, self.params.groups)

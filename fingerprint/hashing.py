@@ -25,7 +25,7 @@ than ``n`` tokens) hashes to::
 
     h_0 = seed ⊕ (m · φ)                 φ = 0x9E3779B97F4A7C15 (golden ratio)
     h_i = (h_{i-1} ⊕ t(w_i)) · C         i = 1 … m,  C = 0xFF51AFD7ED558CCD (odd)
-    shingle = fmix64(h_m)
+    shingle = fmix64(h_m)    (0 becomes 1, see below)
 
 where ``fmix64`` is the MurmurHash3 64-bit finaliser (the last step of mmh3 itself), a
 bijection of 2^64 with full avalanche. Each step is a bijection of h_{i-1} and of t(w_i)
@@ -37,19 +37,22 @@ The chain is vectorised over all windows at once: 2m + 6 NumPy passes instead of
 call per shingle.
 
 **Permutations.** MinHash needs K random permutations π_k of the shingle-hash space; we use
-the affine bijections of Z/2^64::
+the multiplicative bijections of Z/2^64::
 
-    π_k(x) = a_k · x + b_k  (mod 2^64),   a_k odd
+    π_k(x) = a_k · x  (mod 2^64),   a_k odd
 
 Each π_k is a bijection (an odd number is invertible mod 2^64), so for shingle hashes that
 behave as independent uniform 64-bit values, ``min_{x∈A} π_k(x)`` picks each element of A
 with equal probability: ``P[min π_k(A) = min π_k(B)] = |A∩B| / |A∪B| = J(A, B)`` (up to the
-≈2^-64 chance of a hash collision). The (a_k, b_k) are drawn from SplitMix64 seeded with
-``params.seed`` (a fixed, published generator implemented here in pure Python, so the
-permutations can never change with a NumPy release). Slots are independent in practice:
-the values of two slots are related by a random affine map, which scrambles all 64 bits;
-the tests check that the observed slot, supershingle and megashingle match rates follow the
-independent-slot formulas.
+≈2^-64 chance of a hash collision). 0 is the one value every π_k fixes, so the shingle hash
+0 is replaced by 1. The a_k are drawn from SplitMix64 seeded with ``params.seed`` (a fixed,
+published generator implemented here in pure Python, so the permutations can never change
+with a NumPy release). Slots are independent in practice: the values of two slots are
+related by multiplication by a random odd number, which scrambles all 64 bits; the tests
+check that the spread of the estimate and the observed slot, supershingle and megashingle
+match rates follow the independent-slot formulas, also for documents of a few shingles.
+(An affine ``a_k x + b_k`` behaves the same in those tests and costs a third more: one more
+pass over the K × |A| matrix.)
 
 **Supershingle.** Group g (0-based) of R consecutive minhashes ``s_{gR} … s_{gR+R-1}``::
 
@@ -121,14 +124,11 @@ def splitmix64(seed: int, count: int) -> list[int]:
 
 
 @lru_cache(maxsize=64)
-def permutations(seed: int, num_perm: int) -> tuple[np.ndarray, np.ndarray]:
-    """The (a, b) arrays of the K affine permutations for ``seed`` (a odd). Read-only."""
-    stream = splitmix64(seed ^ 0x6A09E667F3BCC909, 2 * num_perm)
-    a = np.array([v | 1 for v in stream[0::2]], dtype=np.uint64)
-    b = np.array(stream[1::2], dtype=np.uint64)
+def multipliers(seed: int, num_perm: int) -> np.ndarray:
+    """The odd multipliers a_1 … a_K of the K permutations for ``seed``. Read-only."""
+    a = np.array([v | 1 for v in splitmix64(seed ^ 0x6A09E667F3BCC909, num_perm)], dtype=np.uint64)
     a.setflags(write=False)
-    b.setflags(write=False)
-    return a, b
+    return a
 
 
 WORD_BASE = 0x100000001B3  # the 64-bit FNV prime: odd, with well-spread bits
@@ -189,7 +189,7 @@ def _fold(token_hashes: np.ndarray, width: int, windows: int, seed: int) -> np.n
     for i in range(width):
         h ^= token_hashes[i:i + windows]
         h *= _C1
-    return fmix64(h)
+    return np.maximum(fmix64(h), np.uint64(1), out=h)  # 0 is fixed by every permutation
 
 
 def shingle_hashes_batch(token_hashes: np.ndarray, offsets: np.ndarray, size: int,
@@ -221,31 +221,28 @@ def shingle_hashes_batch(token_hashes: np.ndarray, offsets: np.ndarray, size: in
 
 
 #: Shingles processed per MinHash block: (block × K) uint64 stays in L2 cache.
-BLOCK = 1024
+BLOCK = 512
 
 
-def minhash(shingles: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``sig[k] = min_x (a_k x + b_k) mod 2^64`` over the shingle hashes (all-max if none).
+def minhash(shingles: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """``sig[k] = min_x a_k x mod 2^64`` over the shingle hashes (all-max if none).
 
     Vectorised over a (block × K) matrix per block of :data:`BLOCK` shingles, so memory
     stays bounded for any number of shingles.
     """
-    num_perm = len(a)
-    sig = np.full(num_perm, U64_MAX, dtype=np.uint64)
+    sig = np.full(len(a), U64_MAX, dtype=np.uint64)
     if len(shingles) == 0:
         return sig
-    buffer = np.empty((min(BLOCK, len(shingles)), num_perm), dtype=np.uint64)
+    buffer = np.empty((min(BLOCK, len(shingles)), len(a)), dtype=np.uint64)
     for start in range(0, len(shingles), BLOCK):
         block = shingles[start:start + BLOCK]
         work = buffer[:len(block)]
         np.multiply(block[:, None], a, out=work)
-        work += b
         np.minimum(sig, work.min(axis=0), out=sig)
     return sig
 
 
-def minhash_batch(shingles: np.ndarray, owner: np.ndarray, documents: int, a: np.ndarray,
-                  b: np.ndarray) -> np.ndarray:
+def minhash_batch(shingles: np.ndarray, owner: np.ndarray, documents: int, a: np.ndarray) -> np.ndarray:
     """(documents × K) signatures of many documents at once.
 
     ``shingles`` grouped by document (``owner`` non-decreasing). Consecutive documents are
@@ -253,8 +250,7 @@ def minhash_batch(shingles: np.ndarray, owner: np.ndarray, documents: int, a: np
     is computed for the block and reduced per document with ``np.minimum.reduceat``.
     Documents without shingles get the all-max signature.
     """
-    num_perm = len(a)
-    out = np.full((documents, num_perm), U64_MAX, dtype=np.uint64)
+    out = np.full((documents, len(a)), U64_MAX, dtype=np.uint64)
     if len(shingles) == 0:
         return out
     starts = np.flatnonzero(np.concatenate(([True], owner[1:] != owner[:-1])))
@@ -265,10 +261,9 @@ def minhash_batch(shingles: np.ndarray, owner: np.ndarray, documents: int, a: np
         last = max(first + 1, int(np.searchsorted(starts, starts[first] + BLOCK, side="left")))
         low, high = int(starts[first]), int(ends[last - 1])
         if last == first + 1 and high - low > BLOCK:  # one large document: in blocks
-            out[owner[low]] = minhash(shingles[low:high], a, b)
+            out[owner[low]] = minhash(shingles[low:high], a)
         else:
             work = np.multiply(shingles[low:high, None], a)
-            work += b
             out[owner[starts[first:last]]] = np.minimum.reduceat(work, starts[first:last] - low, axis=0)
         first = last
     return out

@@ -2,7 +2,7 @@
 
 Word frequencies are Zipfian: a few thousand documents in, nearly every token of a new
 document has been seen before. The cache answers a whole document at once: the document's
-distinct word ids are looked up with one :func:`numpy.searchsorted` in a sorted array of
+word ids are looked up with one :func:`numpy.searchsorted` in a sorted array of
 known ids, plus a small dict of recently learned ones (merged into the sorted arrays when
 it exceeds 1/64 of them); only words never seen before are turned
 into strings and sent through the word step (stop list, pymorphy3, stemmer) and mmh3.
@@ -38,20 +38,19 @@ class WordHashCache:
     def token_hashes(self, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray,
                      ids: np.ndarray) -> np.ndarray:
         """Token hash for each token ``codes[starts[i]:ends[i]]`` with word id ``ids[i]``."""
-        distinct, inverse = np.unique(ids, return_inverse=True)
-        values, found = self._find(distinct)
+        values, found = self._find(ids)
         if not found.all():
             missing = np.flatnonzero(~found)
-            first = np.empty(len(distinct), dtype=np.int64)  # first token with each id
-            first[inverse[::-1]] = np.arange(len(ids) - 1, -1, -1)
-            text = codes.tobytes().decode("utf-32-le")
-            at = first[missing]
+            distinct, first, inverse = np.unique(ids[missing], return_index=True, return_inverse=True)
+            text = codes.tobytes().decode("utf-32-le", "surrogatepass")
+            at = missing[first]
             words = [text[s:e] for s, e in zip(starts[at].tolist(), ends[at].tolist())]
             seed = self.seed
-            learned = [DROPPED if c is None else token_hash(c, seed) for c in self.canonical(words)]
-            values[missing] = learned
-            self._add(distinct[missing], learned)
-        return values[inverse]
+            learned = np.array([DROPPED if c is None else token_hash(c, seed) for c in self.canonical(words)],
+                               dtype=np.int64)
+            values[missing] = learned[inverse]
+            self._add(distinct, learned.tolist())
+        return values
 
     def _find(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         values = np.zeros(len(ids), dtype=np.int64)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from neardup.cli import COMMAND_MODULES, build_parser, main
+from neardup.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
 
