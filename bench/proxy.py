@@ -9,8 +9,9 @@
 2. **Proxy.** ``neardup proxy`` started as a subprocess on a free port (one worker).
 3. **Load.** The same sequence of searches (``match`` on ``title`` with the words of a real
    Reuters title, seeded) sent directly to Elasticsearch and through the proxy, in the same run,
-   interleaved per setting: 1 and 32 concurrent clients × ``size`` 10 and 100. Requests per
-   second, p50 and p99 latency for both, and the ratios.
+   interleaved in small chunks so a busy shared machine affects both alike: 1 and 32 concurrent
+   clients × ``size`` 10 and 100. Requests per second, p50 and p99 latency for both, and the
+   ratios.
 4. **CPU.** utime+stime of the proxy process and of the Elasticsearch process
    (``/proc/<pid>/stat``; the node's pid from ``GET _nodes/_local/process``) over each run,
    divided by the number of requests. The load generator, the proxy and Elasticsearch share the
@@ -175,20 +176,44 @@ async def drive(url: str, index: str, texts: list[str], size: int, clients: int)
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(clients)))
         elapsed = time.perf_counter() - started
-    latencies.sort()
-    return {"rps": len(latencies) / elapsed, "p50": latencies[len(latencies) // 2] * 1000,
-            "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
-            "errors": errors, "n": len(latencies)}
+    return {"latencies": latencies, "elapsed": elapsed, "errors": errors}
 
 
-def measure(url: str, index: str, texts: list[str], size: int, clients: int,
-            pids: dict[str, int]) -> dict[str, Any]:
-    asyncio.run(drive(url, index, texts[: max(20, clients * 2)], size, clients))  # warm up
-    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    result = asyncio.run(drive(url, index, texts, size, clients))
-    for name, pid in pids.items():
-        result[f"cpu_{name}_ms"] = (cpu_seconds(pid) - before[name]) / result["n"] * 1000
-    return result
+def compare(urls: dict[str, str], index: str, texts: list[str], size: int, clients: int,
+            pids: dict[str, int]) -> dict[str, dict[str, Any]]:
+    """Send the queries to every target, interleaved in chunks (20 queries with 1 client, 100
+    with 32; the order alternates), so that the machine's changing load hits all targets alike.
+
+    Per target: req/s over its own busy time, p50/p99 latency, and CPU ms per request of every
+    process in ``pids`` while that target was being driven.
+    """
+    for url in urls.values():  # warm up
+        asyncio.run(drive(url, index, texts[: max(20, clients * 2)], size, clients))
+    chunk = 20 if clients == 1 else 100
+    latencies: dict[str, list[float]] = {name: [] for name in urls}
+    busy = dict.fromkeys(urls, 0.0)
+    cpu = {name: dict.fromkeys(pids, 0.0) for name in urls}
+    errors = dict.fromkeys(urls, 0)
+    order = list(urls)
+    for start in range(0, len(texts), chunk):
+        part = texts[start:start + chunk]
+        for name in order:
+            before = {process: cpu_seconds(pid) for process, pid in pids.items()}
+            result = asyncio.run(drive(urls[name], index, part, size, clients))
+            for process, pid in pids.items():
+                cpu[name][process] += cpu_seconds(pid) - before[process]
+            latencies[name] += result["latencies"]
+            busy[name] += result["elapsed"]
+            errors[name] += result["errors"]
+        order.reverse()
+    out = {}
+    for name in urls:
+        lat = sorted(latencies[name])
+        out[name] = {"rps": len(lat) / busy[name], "p50": lat[len(lat) // 2] * 1000,
+                     "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000,
+                     "errors": errors[name], "n": len(lat),
+                     **{f"cpu_{process}_ms": seconds / len(lat) * 1000 for process, seconds in cpu[name].items()}}
+    return out
 
 
 def grouping_benchmark(es: Elasticsearch, index: str, texts: list[str]) -> dict[str, float]:
@@ -232,7 +257,8 @@ def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str,
     lines = [SECTION, "", f"Command: `{command}`", "",
              f"Reuters-21578 ({total_docs} stories) enriched by `neardup index`, one shard; `match` on "
              "`title` with three words of a real title; every setting sends the same queries "
-             "directly and through `neardup proxy` (1 worker) in the same run. Load generator, proxy "
+             "directly and through `neardup proxy` (1 worker), interleaved in chunks of 20 (1 client) or "
+             "100 (32 clients) queries. Load generator, proxy "
              "and Elasticsearch share the 2 cores. CPU per request from `/proc/<pid>/stat`. "
              f"Load average at the start: {load_before}, at the end: {os.getloadavg()[0]:.1f} "
              "(other work on the machine shares the cores and the Elasticsearch node).", "",
@@ -319,14 +345,15 @@ def main() -> int:
         rows = []
         for clients in (1, 32):
             for size in (10, 100):
-                row: dict[str, Any] = {"clients": clients, "size": size}
-                for target, url in (("direct", args.es), ("proxy", proxy_url)):
-                    row[target] = measure(url, index, texts, size, clients, pids)
-                    print(f"clients={clients} size={size} {target}: {row[target]}", file=sys.stderr)
+                row: dict[str, Any] = {"clients": clients, "size": size,
+                                       **compare({"direct": args.es, "proxy": proxy_url}, index, texts,
+                                                 size, clients, pids)}
+                print(f"clients={clients} size={size}: {row}", file=sys.stderr)
                 rows.append(row)
         floor, floor_url = start_floor(args.es)
         try:
-            floors = {size: measure(floor_url, index, texts, size, 1, {"floor": floor.pid})["cpu_floor_ms"]
+            floors = {size: compare({"floor": floor_url}, index, texts, size, 1,
+                                    {"floor": floor.pid})["floor"]["cpu_floor_ms"]
                       for size in (10, 100)}
         finally:
             floor.terminate()

@@ -279,3 +279,33 @@ class PseudoMatrixBloom:
             docs = [p.doc for parts in self.parts for p in parts]
             self._index = (np.array(rows, dtype=np.int64), np.array(docs, dtype=np.int64))
         return self._index
+
+
+def containment_shares(source: np.ndarray, candidates: list[np.ndarray], assume_unique: bool = False) -> np.ndarray:
+    """Exact |S ∩ C| / |S| for each candidate set C (the verification step), in one pass: the
+    candidates' shingles are concatenated, looked up in sorted S with one binary search
+    (:func:`numpy.searchsorted`), and the hits summed per candidate. 0 where S is empty.
+    ``assume_unique``: the candidates are already sorted unique arrays (as
+    ``Fingerprinter.shingles`` gives them), so they are not deduplicated again."""
+    s = np.unique(np.asarray(source, dtype=np.uint64))
+    if len(s) == 0 or not candidates:
+        return np.zeros(len(candidates), dtype=np.float64)
+    sets = [np.asarray(c, dtype=np.uint64) if assume_unique else np.unique(np.asarray(c, dtype=np.uint64))
+            for c in candidates]
+    lengths = np.array([len(c) for c in sets], dtype=np.int64)
+    values = np.concatenate(sets)
+    at = np.minimum(np.searchsorted(s, values), len(s) - 1)
+    hits = (s[at] == values).astype(np.float64)
+    owner = np.repeat(np.arange(len(sets)), lengths)
+    return np.bincount(owner, weights=hits, minlength=len(sets)) / len(s)
+
+
+def frequent_shingles(shingle_sets: list[np.ndarray], max_documents: int) -> np.ndarray:
+    """Sorted shingle hashes found in more than ``max_documents`` of the sets: boilerplate
+    (site furniture, embedded player code) that would make every page "contain" every other.
+    A caller that wants copied *content* drops them before inserting and querying."""
+    if not shingle_sets:
+        return np.empty(0, dtype=np.uint64)
+    values, counts = np.unique(np.concatenate([np.unique(np.asarray(s, dtype=np.uint64)) for s in shingle_sets]),
+                               return_counts=True)
+    return values[counts > max_documents]

@@ -7,8 +7,9 @@ the first round asks for ``W₀`` hits with everything the client asked for (agg
 suggestions, ``track_total_hits``…); when the window's grouping holds fewer than ``from+size``
 groups and more hits exist, a *tail* round fetches the next hits ``[W, 2W)`` without
 aggregations, suggestions or total counting, until the page is full, the results run out or
-``collapse.max_window`` is reached. Window sizes are powers of two (at least 16), so pages of
-one query are usually grouped over the same window.
+``collapse.max_window`` is reached. The first window is ``from+size`` plus 12% (at least 3)
+spare hits, enough for the duplicates of a typical page, so most searches take one round and
+fetch few more hits than the client asked for.
 
 The response keeps the first round's metadata (``hits.total``, ``aggregations``, ``suggest``,
 ``_shards``, …) with ``took`` summed over the rounds; only ``hits.hits`` is replaced by the page.
@@ -38,7 +39,8 @@ _TAIL_DROPPED_PARAMS = frozenset({"track_total_hits", "suggest_field", "suggest_
 #: Body keys dropped on tail rounds.
 _TAIL_DROPPED_KEYS = ("aggs", "aggregations", "suggest", "profile", "track_total_hits")
 FINGERPRINT_FIELDS = tuple(f"{collapse.FINGERPRINT_FIELD}.{k}" for k in collapse.FINGERPRINT_KEYS)
-MIN_WINDOW = 16
+#: Spare hits of the first round beyond ``from+size``: 12%, at least 3.
+SPARE_PERCENT, SPARE_MIN = 12, 3
 
 
 @dataclass(frozen=True)
@@ -69,12 +71,9 @@ class Plan:
         return self.start + self.size
 
     def first_window(self) -> int:
-        """Smallest power of two ≥ max(16, 1.25·(from+size)), capped by ``max_window``."""
-        need = max(MIN_WINDOW, -(-self.wanted_groups * 5 // 4))
-        window = MIN_WINDOW
-        while window < need:
-            window *= 2
-        return min(window, self.max_window)
+        """``W₀ = n + max(3, ⌈0.12·n⌉)`` for ``n = from+size`` groups, capped by ``max_window``."""
+        need = self.wanted_groups
+        return min(need + max(SPARE_MIN, -(-need * SPARE_PERCENT // 100)), self.max_window)
 
 
 def _int_param(value: Any) -> int | None:

@@ -262,3 +262,14 @@ def test_many_rows_across_word_boundaries():
     for d in itertools.chain(range(0, 150, 13), [63, 64, 127, 128, 149]):
         found, bound = bloom.query(docs[d], 0.9)
         assert d in found.tolist()
+
+
+def test_containment_shares_are_exact():
+    rng = np.random.default_rng(8)
+    source = random_keys(rng, 200)
+    others = [np.concatenate([source[:k], random_keys(rng, 50)]) for k in (0, 10, 100, 200)] + [np.empty(0, np.uint64)]
+    from fingerprint.bloom import containment_shares
+
+    shares = containment_shares(source, others)
+    assert shares.tolist() == [exact_containment(source, o) for o in others] == [0.0, 0.05, 0.5, 1.0, 0.0]
+    assert containment_shares(np.empty(0, np.uint64), others).tolist() == [0.0] * 5

@@ -312,6 +312,26 @@ def test_conflicting_writes_are_reread_and_deleted_documents_stay_deleted(es, es
         assert source[FIELD] == fp.fingerprint_fields([source["title"], source["body"]]).to_source()
 
 
+def test_expired_point_in_time_is_reopened(es, es_url, new_index, fp, reuters_docs):
+    name = new_index(reuters_sample(reuters_docs, 50))
+    config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
+    client = make_client(config.upstream)
+    reader = SliceReader(client, Retrier(es_url, 1), name, {"match_all": {}}, SliceSpec(), 20, "1m", FIELDS)
+    try:
+        reader.open()
+        pages = reader.pages()
+        first = next(pages)
+        client.close_point_in_time(id=reader.pit_id)  # what expiry does to it
+        rest = [hit for page in pages for hit in page]
+    finally:
+        reader.close()
+        client.close()
+    assert reader.pit_restarts == 1
+    # the slice is read again from its start: every document is seen, the first page twice
+    assert {h["_id"] for h in rest} == {d["id"] for d in reuters_sample(reuters_docs, 50)}
+    assert len(first) == 20
+
+
 def test_concurrent_updates_and_deletes_while_the_job_runs(es, es_url, new_index, fp, reuters_docs):
     docs = reuters_sample(reuters_docs, 1500)
     name = new_index(docs)
