@@ -154,6 +154,29 @@ class Measures:
     negative: dict[str, dict[str, np.ndarray]]     # negative set -> measure -> scores
 
 
+def build_costs(counts, stats, weigher) -> dict[str, float]:
+    """Milliseconds a document to make each stored form from term counts and statistics."""
+    from fingerprint.tfidf import TfidfParams, weigh
+
+    def per_doc(make) -> float:
+        start = time.perf_counter()
+        for c in counts:
+            make(c)
+        return 1000 * (time.perf_counter() - start) / len(counts)
+
+    def full(c):
+        v = weigh(c, stats, TfidfParams(top_k=FULL_K), weigher.version)
+        w = v.weights.astype(np.float64)
+        return v.terms, w / (np.linalg.norm(w) or 1.0)
+
+    out = {f"tfidf k={k}": per_doc(lambda c, k=k: weigh(c, stats, TfidfParams(top_k=k), weigher.version))
+           for k in TOP_KS}
+    out["tfidf full"] = per_doc(full)
+    out.update({f"simhash {b}": per_doc(lambda c, b=b: simhash(*full(c), b)) for b in SIMHASH_BITS})
+    out["weighted MinHash 84"] = per_doc(lambda c: icws(*full(c), 84))
+    return out
+
+
 def tfidf_measures(corpus: Corpus, fp, pos_pairs, neg_sets, log) -> tuple[Measures, dict[str, object]]:
     from fingerprint.tfidf import CorpusStats, SynonymMap, TfidfParams, TfidfWeigher, cosine, weigh
 
@@ -191,6 +214,7 @@ def tfidf_measures(corpus: Corpus, fp, pos_pairs, neg_sets, log) -> tuple[Measur
                      for name, vecs in variants.items()}
     info["bytes"].update({f"simhash {bits}": bits / 8 for bits in SIMHASH_BITS})
     info["bytes"]["weighted MinHash 84"] = 84 * 8.0
+    info["ms"] = build_costs(counts[:400], stats, plain)
     info["default_k"] = default_k
 
     # IDF drift: statistics of a prefix of the corpus (the index while it grows)
@@ -306,11 +330,12 @@ def tfidf_report(m: Measures, info: dict, positives: list[tuple[int, int, str]],
             ref = np.concatenate([m.positive["tfidf full"], neg["tfidf full"]])
             error = f"{fmt(np.mean(np.abs(both - ref)), 4)} / {fmt(np.percentile(np.abs(both - ref), 99), 3)}"
         size = info["bytes"].get(x)
+        cost = info["ms"].get(x)
         rows.append([x, fmt(auc(m.positive[x][rewrites], neg[x])), f"{fmt(f1)} at {fmt(threshold, 2)}",
                      fmt(auc(m.positive[x], neg[x])), f"{fmt(f1_all)} at {fmt(t_all, 2)}", error,
-                     f"{size:,.0f}" if size else "–"])
+                     f"{size:,.0f}" if size else "–", fmt(cost, 2) if cost else "–"])
     out += table(["measure", "AUC rewrites", "best F1 rewrites", "AUC all copies", "best F1 all copies",
-                  "|Δ| vs full cosine: mean / 99th pct", "bytes stored"], rows)
+                  "|Δ| vs full cosine: mean / 99th pct", "bytes stored", "ms a document"], rows)
     out.append("")
     out.append(f"**IDF drift.** Vectors (k = {info['default_k']}) weighted with the statistics of the first m "
                "documents only, against weights from the whole corpus: both documents weighted at m "
@@ -408,7 +433,7 @@ def screen(shingles: Sequence[np.ndarray], params, min_share: float):
 
 def bloom_section(corpus: Corpus, fp, plants_per_share: int, seed: int, min_share: float,
                   log: Callable[[str], None]) -> list[str]:
-    from fingerprint.bloom import BloomParams, PseudoMatrixBloom, frequent_shingles, rows_needed
+    from fingerprint.bloom import BloomParams, PseudoMatrixBloom, containment_shares, frequent_shingles, rows_needed
 
     params = BloomParams()
     rng = np.random.default_rng(seed)
@@ -435,7 +460,9 @@ def bloom_section(corpus: Corpus, fp, plants_per_share: int, seed: int, min_shar
     tokens = list(corpus.tokens[:corpus.originals])
     shingles = list(corpus.shingles[:corpus.originals])
     edited = {o for _, o, _ in corpus.positives}
-    pool = [d for d in range(corpus.originals) if d not in edited and len(shingles[d]) >= 100]
+    # plain-text articles only: a fragment pasted inside an embedded <script> would be stripped as markup
+    pool = [d for d in range(corpus.originals)
+            if d not in edited and len(shingles[d]) >= 100 and "<" not in texts[d]]
     chosen = rng.choice(pool, size=2 * 3 * plants_per_share, replace=False).tolist()
     plants: list[tuple[int, int, float]] = []       # (source, host, share)
     lengths = []
@@ -516,9 +543,12 @@ def bloom_section(corpus: Corpus, fp, plants_per_share: int, seed: int, min_shar
     out.append("")
     median_words = {share: int(np.median([w for (s, h, sh), w in zip(plants, lengths) if sh == share]))
                     for share in (0.05, 0.10, 0.50)}
-    out += table(["planted fragment", "plants", "median words copied", f"found at min_share {min_share}",
-                  "found at min_share = its share"],
+    held = {share: [float(containment_shares(shingles[s], [shingles[h]])[0]) for s, h, sh in plants if sh == share]
+            for share in (0.05, 0.10, 0.50)}
+    out += table(["planted fragment", "plants", "median words copied", "exact containment in the host: min / median",
+                  f"found at min_share {min_share}", "found at min_share = its share"],
                  [[f"{int(share * 100)} % of the source's shingles", plants_per_share, median_words[share],
+                   f"{fmt(min(held[share]))} / {fmt(float(np.median(held[share])))}",
                    fmt(planted_found[share]), fmt(at_share[share])] for share in (0.05, 0.10, 0.50)])
     natural = len(verified) - sum((s, h) in verified for s, h, _ in plants)
     out.append("")

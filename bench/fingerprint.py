@@ -133,6 +133,8 @@ def versus_datasketch(token_lists: list[list[str]], repeat: int) -> dict[str, fl
         keep("ds_single", single + build)
         fresh = Fingerprinter()
         _, ours = cpu(lambda: fresh.signatures(token_lists))
+        _, warm = cpu(lambda: fresh.signatures(token_lists))
+        keep("ours_signatures_warm", warm)
         keep("ours_signatures", ours)
         fresh = Fingerprinter()
         _, ours_fp = cpu(lambda: [fresh.fingerprint_tokens(t) for t in token_lists])

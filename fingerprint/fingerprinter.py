@@ -36,6 +36,22 @@ from fingerprint.wordcache import WordHashCache
 _LANGUAGES = ("auto", "ru", "en", "none")
 
 
+#: :meth:`Fingerprinter.signatures` works on batches of about this many tokens.
+BATCH_TOKENS = 1 << 17
+
+
+def _batches(token_lists: Sequence[Sequence[str]]) -> Iterator[int]:
+    """End indices of consecutive batches of token lists of about BATCH_TOKENS tokens each."""
+    total = end = 0
+    for index, tokens in enumerate(token_lists):
+        total += len(tokens)
+        if total >= BATCH_TOKENS:
+            yield index + 1
+            total, end = 0, index + 1
+    if end < len(token_lists):
+        yield len(token_lists)
+
+
 def _unique(values: np.ndarray) -> np.ndarray:
     """Sorted distinct values (sorts ``values`` in place)."""
     values.sort()
@@ -202,15 +218,27 @@ class Fingerprinter:
 
     # ---- many at once -----------------------------------------------------------------
 
-    def signatures(self, token_lists: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndarray]:
-        """(N, K) signatures and (N,) shingle counts of N canonical token lists, in one pass.
+    def signatures(self, token_lists: Sequence[Sequence[str]]) -> np.ndarray:
+        """(N, K) MinHash signatures of N canonical token lists, in few vectorised passes.
 
-        The same values as :meth:`fingerprint_tokens` gives one by one, computed on the
-        concatenation of all token lists: the per-document NumPy overhead is paid once.
+        The same values as :meth:`fingerprint_tokens` gives one by one (its ``signature``),
+        computed on the concatenation of about :data:`BATCH_TOKENS` tokens at a time: the
+        per-document NumPy overhead is paid once per batch. Shingle counts are not computed
+        (they need a sort of all shingles); :meth:`fingerprint_many` has them.
         """
-        lengths = np.fromiter((len(t) for t in token_lists), dtype=np.int64, count=len(token_lists))
-        tokens = list(itertools.chain.from_iterable(token_lists))
-        return self._batch(self._joined_token_hashes(tokens), lengths)
+        size = self.params.shingle_size
+        out = np.empty((len(token_lists), self.params.num_perm), dtype=np.uint64)
+        first = 0
+        for last in _batches(token_lists):
+            chunk = token_lists[first:last]
+            lengths = np.fromiter((len(t) for t in chunk), dtype=np.int64, count=len(chunk))
+            hashes = self._joined_token_hashes(list(itertools.chain.from_iterable(chunk)))
+            offsets = np.zeros(len(chunk) + 1, dtype=np.int64)
+            np.cumsum(lengths, out=offsets[1:])
+            shingles, owner = shingle_hashes_batch(hashes, offsets, size, self.params.seed)
+            out[first:last] = minhash_batch(shingles, owner, len(chunk), self._a)
+            first = last
+        return out
 
     def _joined_token_hashes(self, tokens: list[str]) -> np.ndarray:
         """:meth:`token_hashes` through word ids: the tokens joined by spaces into one array

@@ -8,7 +8,7 @@ on every platform.
 ``c_s … c_{e-1}`` (code points) by a polynomial hash over Z/2^64 with a fixed odd base B,
 finalised with its length::
 
-    P(c) = Σ_{q=s}^{e-1} c_q · B^{e-1-q}  (mod 2^64)      id = fmix64(P ⊕ (e - s) · φ)
+    P(c) = Σ_{q=s}^{e-1} c_q · B^{e-1-q}  (mod 2^64)      id = max(1, fmix64(P ⊕ (e - s) · φ))
 
 computed for all tokens at once from one prefix sum: with ``S_p = Σ_{q<p} c_q B^{-q}``
 (B^{-1} exists mod 2^64 because B is odd), ``P = B^{e-1} (S_e - S_s)``. The id is only a cache
@@ -161,7 +161,7 @@ def word_ids(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndar
     ids = prefix[ends] - prefix[starts]
     ids *= _power_table(WORD_BASE, n, "pow")[ends - 1]
     ids ^= (ends - starts).astype(np.uint64) * np.uint64(GOLDEN)
-    return fmix64(ids)
+    return np.maximum(fmix64(ids), np.uint64(1), out=ids)  # 0 marks an empty cache slot
 
 
 def token_hash(token: str, seed: int) -> int:

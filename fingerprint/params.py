@@ -17,7 +17,9 @@ from typing import Literal
 
 #: Bump whenever the algorithm changes in a way that changes fingerprints for the same
 #: parameters (tokeniser, stop lists, hashing, permutation family, supershingle hashing).
-ALGORITHM_VERSION = 1
+#: 1: first draft (affine permutations, fmix64 shingle chain); 2: the scheme documented in
+#: fingerprint/hashing.py and fingerprint/canonical.py.
+ALGORITHM_VERSION = 2
 
 Language = Literal["auto", "ru", "en", "none"]
 

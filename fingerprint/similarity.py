@@ -97,41 +97,63 @@ def estimated_containment(f1: Fingerprint, f2: Fingerprint) -> float:
     return float(containment_from_resemblance(j, f1.shingle_count, f2.shingle_count))
 
 
-def _pairs_sharing(column: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
-    """Codes ``i * n + j`` (i < j, row indices from ``rows``) of pairs equal in ``column``.
+def _run_members(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + L)`` for all runs, vectorised."""
+    first = np.cumsum(lengths) - lengths
+    return np.arange(int(lengths.sum())) - np.repeat(first - starts, lengths)
 
-    Sorts the column; each run of L equal values yields its L(L-1)/2 pairs, generated
-    with array arithmetic (no loop over runs).
-    """
-    order = np.argsort(column, kind="stable")
-    values = column[order]
-    equal_next = values[1:] == values[:-1]
-    if not equal_next.any():
-        return np.empty(0, dtype=np.int64)
-    # Runs of equal values: start positions and lengths (only runs of length >= 2).
+
+def _pairs_within_runs(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions (p, q), p < q, of every pair inside each run ``[s, s + L)``: Σ L(L-1)/2 pairs,
+    generated with array arithmetic (no loop over runs)."""
+    members = _run_members(starts, lengths)
+    partners = np.repeat(starts + lengths, lengths) - members - 1  # members after each one
+    left = np.repeat(members, partners)
+    block_start = np.cumsum(partners) - partners
+    right = left + 1 + np.arange(left.size) - np.repeat(block_start, partners)
+    return left, right
+
+
+def _runs(equal_next: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and lengths of the runs (length ≥ 2) of a sequence, from "equals the next one"."""
     boundary = np.flatnonzero(np.concatenate(([True], ~equal_next, [True])))
     starts, lengths = boundary[:-1], np.diff(boundary)
     keep = lengths > 1
-    starts, lengths = starts[keep], lengths[keep]
-    # Every member at local position p pairs with the L-1-p members after it.
-    members = _run_members(starts, lengths)
-    run_end = np.repeat(starts + lengths, lengths)
-    partners = run_end - members - 1
-    left = np.repeat(members, partners)
-    # right = left + 1, left + 2, …: offset within each left's block of partners.
-    block_start = np.cumsum(partners) - partners
-    offset = np.arange(left.size) - np.repeat(block_start, partners) + 1
-    right = left + offset
-    i, j = rows[order[left]], rows[order[right]]
-    lo, hi = np.minimum(i, j), np.maximum(i, j)
-    return lo.astype(np.int64) * n + hi
+    return starts[keep], lengths[keep]
 
 
-def _run_members(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, s + L)`` for all runs, vectorised."""
-    total = int(lengths.sum())
-    first = np.cumsum(lengths) - lengths
-    return np.arange(total) - np.repeat(first, lengths) + np.repeat(starts, lengths)
+def _identical_rows(signatures: np.ndarray) -> np.ndarray:
+    """Group number of each row; rows with equal signatures share it (numbered 0 … G-1 in the
+    order of their first row). Rows are keyed by a 64-bit combination of their values; the
+    grouping is checked against the rows themselves and, in the (2^-64) event of a collision,
+    every row gets its own group."""
+    weights = (np.arange(1, 2 * signatures.shape[1], 2, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)) | np.uint64(1)
+    keys = (signatures * weights).sum(axis=1, dtype=np.uint64)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    if not np.array_equal(signatures, signatures[first[inverse]]):
+        return np.arange(len(signatures))
+    renumber = np.empty(len(first), dtype=np.int64)  # groups in the order of their first row
+    renumber[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return renumber[inverse]
+
+
+def _candidate_pairs(signatures: np.ndarray, scan: int) -> np.ndarray:
+    """Codes ``i * n + j`` (i < j) of the pairs of rows equal in at least one of the first
+    ``scan`` slots, each once: all scanned columns are sorted at once, and each run of L equal
+    values in a column yields its L(L-1)/2 pairs."""
+    n = len(signatures)
+    columns = np.ascontiguousarray(signatures[:, :scan].T)  # (scan, n)
+    order = np.argsort(columns, axis=1)
+    values = np.take_along_axis(columns, order, axis=1).reshape(-1)
+    equal_next = values[1:] == values[:-1]
+    equal_next[n - 1::n] = False  # the last row of a column and the first of the next
+    if not equal_next.any():
+        return np.empty(0, dtype=np.int64)
+    left, right = _pairs_within_runs(*_runs(equal_next))
+    rows = order.reshape(-1)
+    i, j = rows[left], rows[right]
+    return np.unique(np.minimum(i, j).astype(np.int64) * n + np.maximum(i, j))
 
 
 def similar_pairs(signatures: np.ndarray, counts: np.ndarray, threshold: float,
@@ -142,6 +164,10 @@ def similar_pairs(signatures: np.ndarray, counts: np.ndarray, threshold: float,
     never similar to anything). ``mode="resemblance"``: sim = Ĵ. ``mode="containment"``:
     sim = max(Ĉ(i in j), Ĉ(j in i)). Returns ``(i, j, sim)`` sorted by (i, j). See the module
     docstring for the method, its cost and the containment limit.
+
+    Identical signatures (copies of one document are common in search results) are
+    collapsed first: candidates are generated among distinct signatures only, then
+    expanded to every member pair, so N copies cost N, not N² per slot.
     """
     signatures = np.asarray(signatures)
     counts = np.asarray(counts)
@@ -152,35 +178,53 @@ def similar_pairs(signatures: np.ndarray, counts: np.ndarray, threshold: float,
         raise ValueError(f"counts must have shape ({n},), got {counts.shape}")
     if mode not in ("resemblance", "containment"):
         raise ValueError(f"mode = {mode!r}: must be 'resemblance' or 'containment'")
-    if not (isinstance(threshold, (int, float)) and 0.0 <= threshold <= 1.0):
+    if not (isinstance(threshold, (int, float)) and not isinstance(threshold, bool) and 0.0 <= threshold <= 1.0):
         raise ValueError(f"threshold = {threshold!r}: must be a number from 0 to 1")
     empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64))
     rows = np.flatnonzero(counts > 0)
     if rows.size < 2 or k == 0:
         return empty
-    sigs = signatures[rows]
-
     if mode == "resemblance":
         need = max(1, math.ceil(threshold * k - 1e-9))
         scan = k - need + 1
     else:
         need, scan = 1, k
-    codes = [_pairs_sharing(sigs[:, slot], rows, n) for slot in range(scan)]
-    codes = np.unique(np.concatenate(codes)) if codes else np.empty(0, dtype=np.int64)
-    if codes.size == 0:
-        return empty
-    i, j = codes // n, codes % n
-    equal = np.count_nonzero(signatures[i] == signatures[j], axis=1)
+
+    # Distinct signatures among the non-empty rows; members of each, grouped.
+    group = _identical_rows(signatures[rows])
+    groups = int(group.max()) + 1
+    members = rows[np.argsort(group, kind="stable")]
+    sizes = np.bincount(group, minlength=groups)
+    first = np.cumsum(sizes) - sizes
+    distinct = signatures[members[first]]
+
+    # Pairs of distinct signatures sharing a scanned slot, verified on all K slots.
+    codes = _candidate_pairs(distinct, scan) if groups > 1 else np.empty(0, dtype=np.int64)
+    g1, g2 = codes // groups, codes % groups
+    equal = np.count_nonzero(distinct[g1] == distinct[g2], axis=1)
     keep = equal >= need
-    i, j, equal = i[keep], j[keep], equal[keep]
-    sim = equal / k
+    g1, g2, equal = g1[keep], g2[keep], equal[keep]
+    # Every member of g1 with every member of g2 …
+    combos = sizes[g1] * sizes[g2]
+    pair = np.repeat(np.arange(len(g1)), combos)
+    offset = np.arange(int(combos.sum())) - np.repeat(np.cumsum(combos) - combos, combos)
+    width = sizes[g2][pair]
+    a = members[first[g1][pair] + offset // width]
+    b = members[first[g2][pair] + offset % width]
+    # … and every pair inside a group (identical signatures: all K slots equal).
+    inside_left, inside_right = _pairs_within_runs(first[sizes > 1], sizes[sizes > 1])
+    i = np.concatenate((np.minimum(a, b), members[inside_left])).astype(np.int64)
+    j = np.concatenate((np.maximum(a, b), members[inside_right])).astype(np.int64)
+    lo, hi = np.minimum(i, j), np.maximum(i, j)
+    sim = np.concatenate((equal[pair], np.full(inside_left.size, k))) / k
     if mode == "containment":
-        ci = containment_from_resemblance(sim, counts[i], counts[j])
-        cj = containment_from_resemblance(sim, counts[j], counts[i])
+        ci = containment_from_resemblance(sim, counts[lo], counts[hi])
+        cj = containment_from_resemblance(sim, counts[hi], counts[lo])
         sim = np.maximum(ci, cj)
         keep = sim >= threshold
-        i, j, sim = i[keep], j[keep], sim[keep]
-    return i, j, np.asarray(sim, dtype=np.float64)
+        lo, hi, sim = lo[keep], hi[keep], sim[keep]
+    order = np.lexsort((hi, lo))
+    return lo[order], hi[order], np.asarray(sim[order], dtype=np.float64)
 
 
 def group_labels(n: int, i: np.ndarray, j: np.ndarray) -> np.ndarray:

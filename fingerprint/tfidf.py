@@ -492,7 +492,7 @@ def cosine_pairs(vectors: Sequence[TfidfVector], threshold: float,
     Exactly the set an all-pairs comparison with :func:`cosine` gives, computed as a sparse
     X·Xᵀ: the (document, term, weight) entries of all vectors are sorted by term; every pair of
     entries with the same term contributes a_t·b_t to its document pair; contributions are summed
-    with ``np.bincount`` into a dense N×N accumulator (N ≤ 4096) or per distinct pair. Cost ∝
+    with ``np.bincount`` into a dense N×N accumulator (N ≤ 1024: 8 MB) or per distinct pair. Cost ∝
     Σ_t df_t² over the vectors' terms (top-k weighting keeps very common terms rare in vectors).
     ValueError if that exceeds ``max_products`` (bounded memory) or vectors mix versions.
     """
@@ -524,7 +524,7 @@ def cosine_pairs(vectors: Sequence[TfidfVector], threshold: float,
     i, j = doc[p], doc[q]  # within a run entries are in document order, so i < j
     contribution = weights[p] * weights[q]
     codes = i * n + j
-    if n <= 4096:
+    if n <= 1024:
         dot = np.bincount(codes, weights=contribution, minlength=n * n)
         codes = np.flatnonzero(dot > 0)
         dot = dot[codes]

@@ -175,12 +175,15 @@ class MappingPlan:
 
 
 def plan_neardup_mapping(client: Elasticsearch, retrier: Retrier, index: str, *,
-                         with_duplicate_of: bool = False) -> MappingPlan:
+                         with_duplicate_of: bool = False,
+                         extra: Mapping[str, Mapping[str, Any]] | None = None) -> MappingPlan:
     """Read and check the ``neardup`` mapping of every index behind ``index``; change nothing.
 
+    ``extra``: more ``neardup`` sub-fields wanted (e.g. ``cluster`` of ``neardup cluster``).
     Raises :class:`JobError` on a conflict, naming each one.
     """
     wanted = wanted_properties(with_duplicate_of)
+    wanted.update({name: dict(definition) for name, definition in (extra or {}).items()})
     root_mappings, field_mappings = read_mappings(client, retrier, index)
     if not root_mappings:
         raise JobError(f"no such index: {index}")

@@ -20,6 +20,7 @@ from neardup.config import ConfigError, load_config
 COMMAND_MODULES = (
     "neardup.compare",
     "indexer.cli",
+    "indexer.cluster_cli",
     "proxy.cli",
 )
 

@@ -121,11 +121,21 @@ def test_batch_apis_equal_one_by_one() -> None:
         fp = Fingerprinter(params)
         one_by_one = [fp.fingerprint(t) for t in texts]
         assert fp.fingerprint_many(texts) == one_by_one
-        signatures, counts = fp.signatures([fp.canonical_tokens(t) for t in texts])
+        signatures = fp.signatures([fp.canonical_tokens(t) for t in texts])
         assert np.array_equal(signatures, np.stack([f.signature for f in one_by_one]))
-        assert counts.tolist() == [f.shingle_count for f in one_by_one]
     assert Fingerprinter().fingerprint_many([]) == []
-    assert Fingerprinter().signatures([])[0].shape == (0, 84)
+    assert Fingerprinter().signatures([]).shape == (0, 84)
+
+
+def test_signatures_in_several_batches_and_odd_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fingerprint.fingerprinter as module
+
+    monkeypatch.setattr(module, "BATCH_TOKENS", 50)
+    fp = Fingerprinter()
+    token_lists = [fp.canonical_tokens(d["body"]) for d in itertools.islice(reuters_documents(), 30)]
+    token_lists += [[], ["x"], ["a b", "c"], ["", "d", "e"], ["ё", "𝐀", "\ud800"]]  # spaces / empty: slow path
+    expected = np.stack([fp.fingerprint_tokens(t).signature for t in token_lists])
+    assert np.array_equal(fp.signatures(token_lists), expected)
 
 
 def test_permutations_are_fixed_forever() -> None:

@@ -233,9 +233,9 @@ def clustered_signatures(n: int, rng: np.random.Generator) -> tuple[np.ndarray, 
             shingles = np.unique(np.concatenate((keep, extra)))
             rows.append(minhash(shingles, a_perm))
             counts.append(len(shingles))
-            if rng.random() < 0.1:  # an exact duplicate
+            if rng.random() < 0.15:  # the same signature again (a copy, or a count that differs)
                 rows.append(rows[-1].copy())
-                counts.append(counts[-1])
+                counts.append(counts[-1] + int(rng.integers(0, 2)) * int(rng.integers(1, 300)))
     signatures, counts = np.array(rows[:n]), np.array(counts[:n])
     empty = rng.choice(n, 5, replace=False)
     signatures[empty] = np.uint64(2**64 - 1)

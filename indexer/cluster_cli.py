@@ -1,0 +1,86 @@
+"""The ``neardup cluster`` subcommand (see :mod:`indexer.cluster`).
+
+Exit status as for the indexer's commands: 0 done; 1 some documents could not be written
+(the clusters stay marked as building, so the proxy does not rely on them); 2 bad options;
+3 the job could not start or had to stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from indexer.cli import _positive, _threshold, check_upstream, clear_errors, fail
+from indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_USAGE
+from neardup.config import Config, collapse_settings_for
+
+
+@clear_errors
+def cluster_command(args: argparse.Namespace, config: Config) -> int:
+    from indexer.cluster import ClusterOptions, format_result, run_cluster
+
+    _, default_threshold, _ = collapse_settings_for(config.collapse, args.index)
+    if args.report:
+        folder = os.path.dirname(os.path.abspath(args.report))
+        if not os.path.isdir(folder):
+            return fail(f"--report {args.report}: no such folder {folder}", EXIT_USAGE)
+    options = ClusterOptions(
+        index=args.index, threshold=args.threshold if args.threshold is not None else default_threshold,
+        mode=args.mode, incremental=args.incremental, report=args.report,
+        title_fields=tuple(args.field) if args.field else tuple(config.indexer.fields),
+        workers=args.workers or config.indexer.workers,
+        batch_size=args.batch_size or config.indexer.batch_size, memory_limit_mb=args.memory_limit,
+        supershingles=not args.no_supershingles, rounds=not args.single_round)
+    check_upstream(config)
+    result = run_cluster(config, options)
+    print(json.dumps(result.to_dict()) if args.json else format_result(result))
+    return EXIT_DOCUMENTS_FAILED if result.stats.failed else EXIT_OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``neardup cluster`` to the ``neardup`` parser."""
+    parser = subparsers.add_parser(
+        "cluster", help="find the near-duplicate clusters of a whole index and store their ids",
+        description="Cluster the documents of an index by their stored fingerprints: single-link "
+        "clusters at a resemblance threshold, found with LSH bands of the signatures (iteratively, "
+        "from many rows per band to few) and verified on the signatures. Every document gets a "
+        "stable neardup.cluster id (a cluster keeps its id while its founding member stays in it; "
+        "when clusters merge, the larger one's id survives) and, if it has a fingerprint, its LSH "
+        "keys in neardup.bands. Only values that change are written, with partial updates "
+        "conditional on each document's _seq_no. Run `neardup index` first.")
+    parser.add_argument("--index", required=True, metavar="NAME", help="index, alias or pattern to cluster")
+    parser.add_argument("--threshold", type=_threshold, metavar="T",
+                        help="estimated resemblance at or above which two documents are linked "
+                        "(default: collapse.threshold for the index, so the proxy can collapse on the "
+                        "clusters natively)")
+    parser.add_argument("--mode", choices=["auto", "memory", "aggregate"], default="auto",
+                        help="memory: read all fingerprints and cluster in memory; aggregate: let "
+                        "Elasticsearch find the shared keys (composite aggregation) for indices larger than "
+                        "memory; auto (default): memory unless --memory-limit would be exceeded")
+    parser.add_argument("--incremental", action="store_true",
+                        help="only place documents without a cluster (new or newly fingerprinted): "
+                        "they join the clusters they link to; needs an earlier full run with the same "
+                        "threshold")
+    parser.add_argument("--report", metavar="FILE",
+                        help="also write an HTML report: cluster sizes, the largest clusters with "
+                        "titles, and pairs near the threshold with their similarity")
+    parser.add_argument("--field", action="append", metavar="F",
+                        help="field shown as the title in the report, then fields for the opening "
+                        "(default: indexer.fields of the configuration)")
+    parser.add_argument("--workers", type=_positive, metavar="N",
+                        help="point-in-time slices read in parallel (default: indexer.workers)")
+    parser.add_argument("--batch-size", type=_positive, metavar="N",
+                        help="documents per page and per bulk request (default: indexer.batch_size)")
+    parser.add_argument("--memory-limit", type=_positive, default=2048, metavar="MB",
+                        help="with --mode auto, the memory strategy is used while the fingerprints "
+                        "fit in about this many MB (default: 2048)")
+    parser.add_argument("--no-supershingles", action="store_true",
+                        help="candidates from the LSH bands only, not also from supershingle groups "
+                        "that contain no whole band")
+    parser.add_argument("--single-round", action="store_true",
+                        help="one LSH round at the final rows per band instead of the iterative "
+                        "rounds (same clusters, more comparisons)")
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    parser.set_defaults(handler=cluster_command)
