@@ -337,6 +337,19 @@ def tfidf_report(m: Measures, info: dict, positives: list[tuple[int, int, str]],
     out += table(["measure", "AUC rewrites", "best F1 rewrites", "AUC all copies", "best F1 all copies",
                   "|Δ| vs full cosine: mean / 99th pct", "bytes stored", "ms a document"], rows)
     out.append("")
+    out.append(f"**At fixed thresholds** (k = {info['default_k']}, the stored vectors): recall of each kind of copy, "
+               "and the share of same-topic negatives reported:")
+    out.append("")
+    rows = []
+    for t in (0.4, 0.5, 0.6, 0.7, 0.8, 0.9):
+        row = [f"{t:.1f}"]
+        for kind in kinds:
+            row.append(fmt(float(np.mean(m.positive[default][kind_of == kind] >= t)), 2))
+        for negs in m.negative.values():
+            row.append(fmt(float(np.mean(negs[default] >= t)), 4))
+        rows.append(row)
+    out += table(["cosine ≥"] + kinds + [f"negatives {k + 1}" for k in range(len(m.negative))], rows)
+    out.append("")
     out.append(f"**IDF drift.** Vectors (k = {info['default_k']}) weighted with the statistics of the first m "
                "documents only, against weights from the whole corpus: both documents weighted at m "
                "(\"both\"), or the older one at m and the newer one with the final statistics (\"old vs new\", "

@@ -158,7 +158,8 @@ async def drive(url: str, index: str, texts: list[str], size: int, clients: int)
     errors = 0
     position = 0
     connector = aiohttp.TCPConnector(limit=clients)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    # Like the official client (http_compress off): no Accept-Encoding, so no gzip either way.
+    async with aiohttp.ClientSession(connector=connector, skip_auto_headers=("Accept-Encoding",)) as session:
         async def worker() -> None:
             nonlocal position, errors
             while position < len(texts):

@@ -2,8 +2,8 @@
 
 See :mod:`fingerprint.fingerprinter` for the pipeline, :mod:`fingerprint.canonical` for
 canonical text, :mod:`fingerprint.hashing` for the hash functions and their math,
-:mod:`fingerprint.model` for the stored field layout and :mod:`fingerprint.similarity` for
-the similarity measures.
+:mod:`fingerprint.wordcache` for the word cache, :mod:`fingerprint.model` for the stored
+field layout and :mod:`fingerprint.similarity` for the similarity measures.
 """
 
 from fingerprint.fingerprinter import Fingerprinter

@@ -127,7 +127,7 @@ class PseudoMatrixBloom:
     parts: list[list[_Part]] = field(init=False, default_factory=list)  # row → document parts
     doc_rows: dict[int, list[int]] = field(init=False, default_factory=dict)
     doc_sizes: dict[int, int] = field(init=False, default_factory=dict)
-    _index: tuple[np.ndarray, np.ndarray] | None = field(init=False, default=None, repr=False)
+    _index: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.bits = np.zeros((self.params.row_bits, 1), dtype=np.uint64)
@@ -236,12 +236,14 @@ class PseudoMatrixBloom:
 
     def row_counts(self, shingles: np.ndarray) -> np.ndarray:
         """c_r for every row: how many of the (unique) query shingles row r holds."""
-        unique = np.unique(np.asarray(shingles, dtype=np.uint64))
-        words = -(-self.rows // 64)
+        return self._row_counts(np.unique(np.asarray(shingles, dtype=np.uint64)))
+
+    def _row_counts(self, unique: np.ndarray) -> np.ndarray:
         if len(unique) == 0 or self.rows == 0:
             return np.zeros(self.rows, dtype=np.int64)
-        positions = bit_positions(unique, self.params)            # (q, k)
-        held = np.bitwise_and.reduce(self.bits[positions, :words], axis=1)  # (q, words)
+        words = -(-self.rows // 64)
+        positions = bit_positions(unique, self.params)                      # (q, k)
+        held = np.bitwise_and.reduce(self.bits[positions, :words], axis=1)  # (q, words): rows holding q
         per_row = np.unpackbits(held.astype("<u8").view(np.uint8), axis=1, bitorder="little")
         return per_row.sum(axis=0, dtype=np.int64)[:self.rows]
 
@@ -256,14 +258,14 @@ class PseudoMatrixBloom:
         """
         if not (isinstance(min_share, (int, float)) and 0.0 < min_share <= 1.0):
             raise ValueError(f"min_share = {min_share!r}: must be a number in (0, 1]")
-        size = len(np.unique(np.asarray(shingles, dtype=np.uint64)))
+        unique = np.unique(np.asarray(shingles, dtype=np.uint64))
+        size = len(unique)
         if size == 0 or self.rows == 0:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-        counts = self.row_counts(shingles)
-        part_row, part_doc = self._part_index()
+        counts = self._row_counts(unique)
+        part_row, docs, slot = self._part_index()
         own = np.array(self.doc_rows.get(exclude, ()) if exclude is not None else (), dtype=np.int64)
         counts[own] = 0
-        docs, slot = np.unique(part_doc, return_inverse=True)
         score = np.bincount(slot, weights=counts[part_row], minlength=len(docs))
         if len(own):
             score[slot[np.isin(part_row, own)]] = size
@@ -272,12 +274,14 @@ class PseudoMatrixBloom:
             keep &= docs != exclude
         return docs[keep], np.minimum(1.0, score[keep] / size)
 
-    def _part_index(self) -> tuple[np.ndarray, np.ndarray]:
-        """(row, document) of every part, as arrays (rebuilt after an insert or delete)."""
+    def _part_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row of every part, the distinct documents, each part's position among them), as
+        arrays (rebuilt after an insert or delete)."""
         if self._index is None:
-            rows = [r for r, parts in enumerate(self.parts) for _ in parts]
-            docs = [p.doc for parts in self.parts for p in parts]
-            self._index = (np.array(rows, dtype=np.int64), np.array(docs, dtype=np.int64))
+            rows = np.array([r for r, parts in enumerate(self.parts) for _ in parts], dtype=np.int64)
+            docs, slot = np.unique(np.array([p.doc for parts in self.parts for p in parts], dtype=np.int64),
+                                   return_inverse=True)
+            self._index = (rows, docs, slot.reshape(-1))
         return self._index
 
 

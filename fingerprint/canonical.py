@@ -19,9 +19,11 @@ where noted), are part of the scheme and pinned by the golden test:
    characters as ``[^\\W_]`` in Python's ``re``): Cyrillic, Latin, digits and any other
    script. Everything else (punctuation, ``_``, hyphens, apostrophes, NUL, lone surrogates)
    separates tokens: "кто-то" → "кто", "то"; "don't" → "don", "t". Steps 2 and 3 run on a
-   NumPy array of code points (one table lookup per character), not a regex.
-   Character classes and NFKC come from Python's Unicode database (``unicodedata``), pinned
-   by the Python version; the golden test catches a change.
+   NumPy array of code points (one table lookup per character, see :func:`canonical_codes`;
+   only words holding a character that NFKC or casefolding could change go through
+   :mod:`unicodedata` as strings), not a regex. Character classes and NFKC come from
+   Python's Unicode database (``unicodedata``), pinned by the Python version; the golden
+   test catches a change.
 4. **Language** (``language``): ``auto`` decides per document from the first
    :data:`DETECT_CHARS` characters of the canonical text (of the first piece, for texts
    long enough to be cut): ``ru`` if they hold at least as many Cyrillic letters as Latin
@@ -38,17 +40,18 @@ where noted), are part of the scheme and pinned by the golden test:
      unless they are in a stop list.
    * ``en``: a token in a stop list is dropped; the rest are stemmed with the Snowball
      English stemmer (PyStemmer), which leaves non-Latin words as they are.
-
-   The stop lists of both languages apply to both (:mod:`fingerprint.stopwords`; they
-   cannot collide, and quoted English in Russian text loses its function words too).
    * ``none``: tokens are kept as they are.
+
+   The stop lists of both languages apply in ``ru`` and ``en`` (:mod:`fingerprint.stopwords`;
+   they cannot collide, and quoted English in Russian text loses its function words too).
 
    With ``lemmatize`` off, words are not lemmatised / stemmed; with ``drop_stopwords`` off,
    nothing is dropped (neither by list nor by part of speech).
 
-The word-level step (5) is a pure function of (language, token); :class:`WordNormaliser`
-caches it per process in a bounded dict, because word frequencies are Zipfian: after the
-first few thousand documents almost every token is a cache hit.
+The word-level step (5) is a pure function of (language, token); it is cached per process
+in bounded caches (:class:`WordNormaliser` for strings, :mod:`fingerprint.wordcache` for the
+fingerprint path), because word frequencies are Zipfian: after the first few thousand
+documents almost every token is a cache hit.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ import re
 import threading
 import unicodedata
 from functools import lru_cache
-from typing import Callable, Iterable, Iterator, Literal
+from typing import Callable, Iterator, Literal
 
 import numpy as np
 
@@ -244,7 +247,7 @@ def canonical_codes(text: str) -> np.ndarray:
     Equal to :func:`canonical_codes_reference`, but NFKC and casefolding (slow: half the time
     of a whole fingerprint) run only on the whitespace-delimited words that contain a code
     point that is not stable (see :func:`_fast_tables`); every other code point goes through
-    one table lookup. This is exact: NFKC and casefolding never act across whitespace (a
+    one table lookup. (Text with many unstable code points is normalised whole.) This is exact: NFKC and casefolding never act across whitespace (a
     whitespace character is a starter that composes with nothing), and a stable code point
     is unchanged by NFKC next to other stable ones.
     """
@@ -254,8 +257,11 @@ def canonical_codes(text: str) -> np.ndarray:
     unstable = ~stable[clipped]
     unstable[codes > 0xFFFF] = True
     mapped = fold[clipped]
-    if not unstable.any():
+    unstable_count = int(np.count_nonzero(unstable))
+    if unstable_count == 0:
         return mapped
+    if unstable_count > 64 + len(codes) // 64:  # e.g. a script written with combining marks
+        return canonical_codes_reference(text)
     # Words (maximal runs without whitespace) holding an unstable code point, and unstable
     # whitespace characters on their own, are normalised as strings.
     is_space = space[clipped] & (codes <= 0xFFFF)

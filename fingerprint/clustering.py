@@ -22,6 +22,14 @@ are nested, every candidate of an early round is also a candidate of the final r
 result equals the components of the final round's verified candidates, whatever the rounds
 before it did (they only save work).
 
+**Shortcuts that do not change the result.** Documents with identical signatures (Ĵ = 1)
+are joined first, by sorting a hash of the whole signature, without comparing pairs. A
+bucket with more cross-cluster pairs than ``STAR_FACTOR`` per member (many near-identical
+documents, typical of the first round) is first compared star-wise: its first member with
+every member of another cluster; the links found merge clusters, and only the cross-cluster
+pairs left are then compared. Both only add verified links and skip pairs whose clusters are
+already joined.
+
 **Large buckets.** A bucket whose cross-cluster pairs exceed ``max_pairs_per_bucket`` (a
 key shared by very many documents: boilerplate, empty-ish texts) is *capped*: one
 representative per current cluster (its smallest document index) is kept and each is
@@ -49,6 +57,8 @@ from fingerprint.similarity import group_labels
 #: Candidate pairs generated and verified at once (bounds memory: ~K·16 bytes per pair).
 CHUNK_PAIRS = 1 << 18
 MAX_PAIRS_PER_BUCKET = 500_000
+#: Buckets with more cross-cluster pairs than this many per member are linked star-wise first.
+STAR_FACTOR = 4
 WINDOW = 50
 #: Candidates rejected within this much below the threshold are kept as near misses.
 NEAR_MARGIN = 0.1
@@ -175,7 +185,7 @@ class Buckets:
 def shared_buckets(keys: np.ndarray, docs: np.ndarray, labels: np.ndarray) -> Buckets:
     """The buckets of ``keys`` (one key per entry; ``docs[e]`` owns entry e) holding documents
     of at least two different clusters (``labels`` per document)."""
-    order = np.argsort(keys, kind="stable")
+    order = np.argsort(keys)
     keys, docs = keys[order], docs[order]
     starts, sizes = _runs(keys)
     multi = sizes > 1
@@ -217,6 +227,16 @@ def cross_pairs(buckets: Buckets, selected: np.ndarray) -> tuple[np.ndarray, np.
     left = np.repeat(positions, partners)
     right = np.repeat(buckets.group_end[positions], partners) + _ramp(partners)
     return buckets.docs[left], buckets.docs[right]
+
+
+def star_pairs(buckets: Buckets, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first member of each selected bucket paired with every member of another cluster."""
+    starts, sizes = buckets.bucket_start[selected], buckets.bucket_size[selected]
+    others_from = buckets.group_end[starts]
+    others = starts + sizes - others_from
+    left = np.repeat(buckets.docs[starts], others)
+    right = buckets.docs[np.repeat(others_from, others) + _ramp(others)]
+    return left, right
 
 
 def window_pairs(buckets: Buckets, selected: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
@@ -270,6 +290,23 @@ def unique_pairs(i: np.ndarray, j: np.ndarray, n: int) -> tuple[np.ndarray, np.n
 
 # --- the clustering ------------------------------------------------------------------------------
 
+def merge_identical(signatures: np.ndarray, rows: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, int]:
+    """Join the rows with identical signatures (Ĵ = 1: linked at any threshold) without
+    comparing them pairwise; returns the labels and how many rows joined another."""
+    full = Banding(signatures.shape[1], signatures.shape[1], 1).keys(signatures[rows])[:, 0]
+    order = np.argsort(full, kind="stable")
+    starts, sizes = _runs(full[order])
+    multi = sizes > 1
+    starts, sizes = starts[multi], sizes[multi]
+    if len(starts) == 0:
+        return labels, 0
+    members = rows[order[np.repeat(starts, sizes) + _ramp(sizes)]]
+    firsts = np.repeat(rows[order[starts]], sizes)
+    equal = np.all(signatures[members] == signatures[firsts], axis=1)  # rule out key collisions
+    merged = group_labels(len(labels), labels[members[equal]], labels[firsts[equal]])
+    return merged[labels], int(np.count_nonzero(equal)) - len(starts)
+
+
 def cluster_signatures(signatures: np.ndarray, counts: np.ndarray, params: ClusterParams,
                        labels: np.ndarray | None = None) -> Clustering:
     """Single-link clusters of the signatures at ``params.threshold`` (module docstring).
@@ -293,15 +330,49 @@ def cluster_signatures(signatures: np.ndarray, counts: np.ndarray, params: Clust
     result = Clustering(labels, [], PairSample(), PairSample())
     if len(rows) < 2:
         return result
+    labels, joined = merge_identical(signatures, rows, labels)
+    result.rounds.append(RoundStats(k, 1, linked=joined, merges=joined))
     sigs = signatures[rows]
+
+    def verify(i: np.ndarray, j: np.ndarray, stats: RoundStats) -> tuple[np.ndarray, np.ndarray]:
+        i, j = unique_pairs(i, j, n)
+        stats.candidates += len(i)
+        equal = equal_slots(signatures, i, j)
+        linked = equal >= need
+        stats.linked += int(np.count_nonzero(linked))
+        close = linked & (equal < near_top)
+        result.near_linked.add(i[close], j[close], equal[close] / k)
+        missed = ~linked & (equal >= near_floor)
+        result.near_rejected.add(i[missed], j[missed], equal[missed] / k)
+        return i[linked], j[linked]
+
+    def merge(li: list[np.ndarray], lj: list[np.ndarray], labels: np.ndarray) -> np.ndarray:
+        if not li:
+            return labels
+        i, j = np.concatenate(li), np.concatenate(lj)
+        return group_labels(n, labels[i], labels[j])[labels] if len(i) else labels
+
     for banding in params.round_bandings():
         stats = RoundStats(banding.rows, banding.key_count)
-        keys = banding.keys(sigs)
-        owners = np.repeat(rows, keys.shape[1])
-        buckets = shared_buckets(keys.ravel(), owners, labels)
+        before = int(np.count_nonzero(labels == np.arange(n)))
+        keys = banding.keys(sigs).ravel()
+        owners = np.repeat(rows, banding.key_count)
+        buckets = shared_buckets(keys, owners, labels)
+        pair_counts = buckets.cross_pairs
+        crowded = np.flatnonzero(pair_counts > STAR_FACTOR * buckets.bucket_size)
+        if len(crowded):
+            # large buckets of mostly similar documents: link each to the bucket's first member
+            # first, so that the cross-cluster pairs left to compare are few
+            li, lj = [], []
+            for part in _chunks(buckets.bucket_size[crowded], params.chunk_pairs):
+                i, j = verify(*star_pairs(buckets, crowded[part]), stats)
+                li.append(i)
+                lj.append(j)
+            labels = merge(li, lj, labels)
+            buckets = shared_buckets(keys, owners, labels)
+            pair_counts = buckets.cross_pairs
         del keys, owners
         stats.buckets = len(buckets.bucket_start)
-        pair_counts = buckets.cross_pairs
         capped = np.flatnonzero(pair_counts > params.max_pairs_per_bucket)
         stats.capped_buckets = len(capped)
         plain = np.flatnonzero(pair_counts <= params.max_pairs_per_bucket)
@@ -309,27 +380,12 @@ def cluster_signatures(signatures: np.ndarray, counts: np.ndarray, params: Clust
         work = [("all", part) for part in _chunks(pair_counts[plain], params.chunk_pairs)]
         work += [("window", part) for part in np.array_split(capped, max(1, len(capped) // 64))] if len(capped) else []
         for kind, part in work:
-            if kind == "all":
-                i, j = cross_pairs(buckets, plain[part])
-            else:
-                i, j = window_pairs(buckets, part, params.window)
-            i, j = unique_pairs(i, j, n)
-            stats.candidates += len(i)
-            equal = equal_slots(signatures, i, j)
-            linked = equal >= need
-            stats.linked += int(np.count_nonzero(linked))
-            link_i.append(i[linked])
-            link_j.append(j[linked])
-            close = linked & (equal < near_top)
-            result.near_linked.add(i[close], j[close], equal[close] / k)
-            missed = ~linked & (equal >= near_floor)
-            result.near_rejected.add(i[missed], j[missed], equal[missed] / k)
-        if link_i:
-            before = int(np.count_nonzero(labels == np.arange(n)))
-            li, lj = np.concatenate(link_i), np.concatenate(link_j)
-            merged = group_labels(n, labels[li], labels[lj])
-            labels = merged[labels]
-            stats.merges = before - int(np.count_nonzero(labels == np.arange(n)))
+            pairs = cross_pairs(buckets, plain[part]) if kind == "all" else window_pairs(buckets, part, params.window)
+            i, j = verify(*pairs, stats)
+            link_i.append(i)
+            link_j.append(j)
+        labels = merge(link_i, link_j, labels)
+        stats.merges = before - int(np.count_nonzero(labels == np.arange(n)))
         result.rounds.append(stats)
     result.labels = labels
     return result

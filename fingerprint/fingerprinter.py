@@ -247,9 +247,12 @@ class Fingerprinter:
         tokens that are empty or contain a space (never the case for canonical tokens)."""
         if not tokens:
             return np.empty(0, dtype=np.uint64)
-        codes = np.frombuffer(" ".join(tokens).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        joined = " ".join(tokens)
+        if joined.count(" ") != len(tokens) - 1:  # a token holds a space
+            return self.token_hashes(tokens)
+        codes = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
         starts, ends = token_spans(codes)
-        if len(starts) != len(tokens) or not all(tokens):
+        if len(starts) != len(tokens):  # without spaces inside, only empty tokens do this
             return self.token_hashes(tokens)
         if self._token_ids is None:
             self._token_ids = WordHashCache(list, self.params.seed, self.cache_size)

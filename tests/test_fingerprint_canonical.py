@@ -191,3 +191,23 @@ def test_fingerprint_path_equals_canonical_token_path(fp: Fingerprinter) -> None
     for text in texts:
         assert fp.fingerprint(text) == other.fingerprint_tokens(other.canonical_tokens(text))
     assert np.array_equal(other.shingles(["a", "b"]), other.shingles(["a", "b"]))
+
+
+def test_fast_canonical_codes_equal_nfkc_casefold_of_the_whole_text() -> None:
+    """canonical_codes (table lookups; NFKC only on words holding unstable characters) ==
+    NFKC + casefold of the whole text, on real text, random mixtures of tricky characters
+    and every BMP character next to combining marks and Hangul jamo."""
+    from fingerprint.canonical import canonical_codes_reference
+
+    texts = [d["body"] for d in itertools.islice(ru_news_documents(), 100)]
+    rng = np.random.default_rng(9)
+    tricky = list("abcАБВёЁе ßﬁ…№\u00a0\u0301\u0308\u00ad\u200b\t\n한\u1161\u11a8가각𝐀😀ΣσςİI\u0345\u0399K\u212a"
+                  "\u2126\uff21Å\u212b\u0b47\u0b3e\u0dd9\u0dcf\u1100\u3000\u2028\x85\x00\ud800\u0f71\u0f73"
+                  "\u0627\u0653\u05d0\u05b7\u0915\u093c\u3099\u304b\u309a")
+    texts += ["".join(rng.choice(tricky, int(rng.integers(0, 40)))) for _ in range(2000)]
+    characters = [chr(c) for c in range(0x10000) if not 0xD800 <= c <= 0xDFFF]
+    texts += [" ".join(context.format(c) for c in characters[k:k + 60])  # few unstable words each
+              for context in ("a{}\u00a0", "{}\u0301", "가{}\u1161", "e{}\u0308")
+              for k in range(0, len(characters), 60)]
+    for text in texts:
+        assert np.array_equal(canonical_codes(text), canonical_codes_reference(text)), repr(text[:80])

@@ -1,0 +1,321 @@
+"""``neardup cluster`` against the real Elasticsearch, on Reuters-21578.
+
+The enriched Reuters index of the session (``reuters_index``) is copied into this module's
+own indices (fingerprints included, cluster values never), so no other test sees cluster ids.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import pytest
+from elasticsearch import Elasticsearch, helpers
+
+from fingerprint import FIELD, Fingerprinter, FingerprintParams, estimated_resemblance, scheme_version
+from fingerprint.clustering import ClusterParams, assign_ids, cluster_signatures, single_link_exact
+from fingerprint.lsh import choose_banding, key_strings
+from indexer.cluster import META_KEY
+from indexer.cluster_docs import stored_values, usable_signature
+from tests.plugins.corpora import bulk_load, run_neardup
+
+PARAMS = FingerprintParams()
+VERSION = scheme_version(PARAMS)
+THRESHOLD = 0.8
+
+
+def copy_index(es: Elasticsearch, source: str, name: str, ids: Sequence[str] | None = None) -> str:
+    """A copy of ``source`` (2 shards, same mapping) with the fingerprints but without cluster values."""
+    mappings = es.indices.get_mapping(index=source)[source]["mappings"]
+    mappings.pop("_meta", None)
+    for extra in ("cluster", "bands"):
+        mappings.get("properties", {}).get(FIELD, {}).get("properties", {}).pop(extra, None)
+    es.indices.create(index=name, settings={"number_of_shards": 2, "number_of_replicas": 0}, mappings=mappings)
+    query = {"query": {"ids": {"values": list(ids)}}} if ids is not None else {"query": {"match_all": {}}}
+
+    def actions() -> Iterator[dict[str, Any]]:
+        for hit in helpers.scan(es, index=source, query=query, size=2000):
+            doc = hit["_source"]
+            if isinstance(doc.get(FIELD), dict):
+                doc[FIELD] = {k: v for k, v in doc[FIELD].items() if k not in ("cluster", "bands")}
+            yield {"_index": name, "_id": hit["_id"], "_source": doc}
+
+    helpers.bulk(es.options(request_timeout=300), actions(), chunk_size=2000)
+    es.indices.refresh(index=name)
+    return name
+
+
+def cluster(es_url: str, index: str, *args: str) -> dict[str, Any]:
+    result = run_neardup(["cluster", "--index", index, "--threshold", str(THRESHOLD), "--json", *args], es_url)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    return json.loads(result.stdout)
+
+
+def documents(es: Elasticsearch, index: str) -> dict[str, dict[str, Any]]:
+    """_id -> neardup object (or {}) of every document."""
+    return {hit["_id"]: (hit["_source"].get(FIELD) or {}) for hit in helpers.scan(
+        es, index=index, query={"query": {"match_all": {}}}, _source=[FIELD], size=5000)}
+
+
+def expected_ids(docs: dict[str, dict[str, Any]]) -> tuple[dict[str, str], np.ndarray, np.ndarray, list[str]]:
+    """Cluster ids computed directly with the pure functions from the stored fingerprints."""
+    keys = sorted(docs)
+    sigs, counts = [], []
+    for key in keys:
+        raw, count = usable_signature(stored_values({FIELD: docs[key]}), VERSION, PARAMS.num_perm)
+        sigs.append(raw or b"\0" * (8 * PARAMS.num_perm))
+        counts.append(count if raw is not None else 0)
+    signatures = np.frombuffer(b"".join(sigs), dtype="<u8").astype(np.uint64).reshape(len(keys), -1)
+    counts = np.array(counts, dtype=np.int64)
+    params = ClusterParams(THRESHOLD, choose_banding(THRESHOLD, PARAMS.num_perm, PARAMS.groups))
+    labels = cluster_signatures(signatures, counts, params).labels
+    ids = assign_ids(keys, labels, [None] * len(keys))
+    return dict(zip(keys, ids)), signatures, counts, keys
+
+
+@pytest.fixture(scope="module")
+def clustered(es: Elasticsearch, es_url: str, reuters_index: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    name = copy_index(es, reuters_index, f"cluster-reuters-{uuid.uuid4().hex[:8]}")
+    try:
+        yield name, cluster(es_url, name)
+    finally:
+        es.options(ignore_status=404).indices.delete(index=name)
+
+
+def test_every_document_gets_the_cluster_the_pure_functions_give(es, clustered):
+    index, summary = clustered
+    docs = documents(es, index)
+    assert summary["documents"] == len(docs) == 21578
+    assert all(isinstance(d.get("cluster"), str) for d in docs.values())
+    want, signatures, counts, keys = expected_ids(docs)
+    assert {k: d["cluster"] for k, d in docs.items()} == want
+    # the clusters are exact single link of the estimates (every pair compared)
+    exact = single_link_exact(signatures, counts, THRESHOLD)
+    _, stored = np.unique(np.array([docs[k]["cluster"] for k in keys], dtype=object), return_inverse=True)
+    assert np.array_equal(_first_member(stored), _first_member(exact))
+    assert summary["clusters"] > 300  # Reuters has hundreds of resends and corrections
+    assert summary["without_fingerprint"] == int(np.count_nonzero(counts == 0)) > 0
+    assert summary["failed"] == 0 and summary["capped_buckets"] == 0
+
+
+def _first_member(labels: np.ndarray) -> np.ndarray:
+    """Labels renamed to the first index holding them (a canonical form of a partition)."""
+    first: dict[int, int] = {}
+    return np.array([first.setdefault(int(v), i) for i, v in enumerate(labels)])
+
+
+def test_linked_members_are_similar_and_keys_are_stored(es, clustered):
+    index, _ = clustered
+    docs = documents(es, index)
+    banding = choose_banding(THRESHOLD, PARAMS.num_perm, PARAMS.groups)
+    members: dict[str, list[str]] = {}
+    for key, doc in docs.items():
+        members.setdefault(doc["cluster"], []).append(key)
+        raw, count = usable_signature(stored_values({FIELD: doc}), VERSION, PARAMS.num_perm)
+        if raw is not None and count > 0:
+            signature = np.frombuffer(raw, dtype="<u8").astype(np.uint64)[None, :]
+            assert doc["bands"] == key_strings(banding.keys(signature))[0]
+        else:
+            assert not doc.get("bands")
+            assert doc["cluster"] == key  # no fingerprint: a cluster of its own
+    fingerprinter = Fingerprinter(PARAMS)
+    from fingerprint import Fingerprint
+
+    def fingerprint(key: str) -> Fingerprint:
+        return Fingerprint.from_source({k: docs[key][k] for k in ("v", "sig", "n", "super", "mega")})
+
+    for cluster_id, keys in members.items():
+        assert cluster_id in keys  # the id is the key of a member (the founder)
+        if len(keys) > 1:
+            # single link: every member is linked to at least one other member
+            for key in keys:
+                best = max(estimated_resemblance(fingerprint(key), fingerprint(other)) for other in keys if other != key)
+                assert best >= THRESHOLD
+    assert fingerprinter.version == VERSION
+
+
+def test_meta_records_what_the_clusters_were_built_for(es, clustered):
+    index, summary = clustered
+    meta = es.indices.get_mapping(index=index)[index]["mappings"]["_meta"][META_KEY]
+    assert meta["state"] == "ready" and meta["threshold"] == THRESHOLD and meta["mode"] == "resemblance"
+    assert meta["version"] == VERSION and meta["clusters"] == summary["clusters"]
+    mapping = es.indices.get_mapping(index=index)[index]["mappings"]["properties"][FIELD]["properties"]
+    assert mapping["cluster"] == {"type": "keyword"} and mapping["bands"] == {"type": "keyword"}
+
+
+def test_running_again_writes_nothing(es_url, clustered):
+    index, first = clustered
+    again = cluster(es_url, index)
+    assert again["updated"] == 0 and again["failed"] == 0
+    assert again["clusters"] == first["clusters"]
+
+
+def test_aggregate_mode_gives_the_same_ids_as_memory_mode(es, es_url, clustered, reuters_index):
+    index, _ = clustered
+    copy = copy_index(es, reuters_index, f"cluster-aggregate-{uuid.uuid4().hex[:8]}")
+    try:
+        summary = cluster(es_url, copy, "--mode", "aggregate", "--batch-size", "700")
+        assert summary["strategy"] == "aggregate" and summary["capped_buckets"] == 0
+        assert {k: d["cluster"] for k, d in documents(es, copy).items()} == \
+               {k: d["cluster"] for k, d in documents(es, index).items()}
+        assert cluster(es_url, copy, "--mode", "aggregate")["updated"] == 0
+    finally:
+        es.options(ignore_status=404).indices.delete(index=copy)
+
+
+# --- incremental -------------------------------------------------------------------------------------
+
+def bridged_texts(reuters_docs: list[dict[str, Any]]) -> tuple[str, str, str]:
+    """Texts t1, t2 and m from real stories with Ĵ(m, t1) ≥ t, Ĵ(m, t2) ≥ t but Ĵ(t1, t2) < t:
+    m links two clusters that are not linked to each other."""
+    fp = Fingerprinter(PARAMS)
+    bodies = [d["body"] for d in reuters_docs if len(d["body"].split()) > 250]
+    shared = " ".join(bodies[0].split()[:180])
+    first, second = bodies[1].split(), bodies[2].split()
+    for cut in range(8, 40):
+        t1 = f"{shared} {' '.join(first[:cut])}"
+        t2 = f"{shared} {' '.join(second[:cut])}"
+        m = f"{shared} {' '.join(first[:cut // 2])} {' '.join(second[:cut // 2])}"
+        f1, f2, fm = (fp.fingerprint_fields(["", text]) for text in (t1, t2, m))
+        if (estimated_resemblance(fm, f1) >= THRESHOLD and estimated_resemblance(fm, f2) >= THRESHOLD
+                and estimated_resemblance(f1, f2) < THRESHOLD):
+            return t1, t2, m
+    raise AssertionError("no bridging texts found")
+
+
+def test_incremental_joins_merges_and_equals_a_full_run(es, es_url, reuters_index, reuters_docs):
+    name = f"cluster-incremental-{uuid.uuid4().hex[:8]}"
+    small = [d["id"] for d in reuters_docs[:2000]]
+    copy_index(es, reuters_index, name, small)
+    try:
+        t1, t2, bridge = bridged_texts(reuters_docs)
+        words = t1.split()
+        family = [{"id": f"x{k}", "title": "", "body": t1 if k == 0 else " ".join(words[:-k])} for k in range(3)]
+        family += [{"id": f"y{k}", "title": "", "body": t2 if k == 0 else " ".join(t2.split()[:-k])} for k in range(2)]
+        bulk_load(es, name, family)
+        assert run_neardup(["index", "--index", name], es_url).returncode == 0
+        first = cluster(es_url, name)
+        before = documents(es, name)
+        assert {before[f"x{k}"]["cluster"] for k in range(3)} == {"x0"}
+        assert {before[f"y{k}"]["cluster"] for k in range(2)} == {"y0"}
+        # a copy of a Reuters story of a 2-member cluster, the bridge, and an unrelated text
+        counts: dict[str, int] = {}
+        for doc in before.values():
+            counts[doc["cluster"]] = counts.get(doc["cluster"], 0) + 1
+        pair_id = sorted(c for c, n in counts.items() if n == 2 and not c.startswith(("x", "y")))[0]
+        original = next(d for d in reuters_docs if d["id"] == pair_id)
+        new = [{"id": "copy", "title": original["title"], "body": original["body"]},
+               {"id": "bridge", "title": "", "body": bridge},
+               {"id": "lonely", "title": "nothing like it", "body": "zebra quantum marmalade " * 12}]
+        bulk_load(es, name, new)
+        assert run_neardup(["index", "--index", name], es_url).returncode == 0
+        summary = cluster(es_url, name, "--incremental")
+        assert summary["new_documents"] == 3 and summary["merged"] == 1 and summary["joined"] == 2
+        after = documents(es, name)
+        assert after["copy"]["cluster"] == pair_id
+        assert after["lonely"]["cluster"] == "lonely"
+        merged = {after[k]["cluster"] for k in ("x0", "x1", "x2", "y0", "y1", "bridge")}
+        assert merged == {"x0"}  # the larger cluster's id survives the merge
+        # nothing else changed
+        changed = {k for k in before if after[k]["cluster"] != before[k]["cluster"]}
+        assert changed == {"y0", "y1"}
+        full = cluster(es_url, name)
+        assert full["updated"] == 0 and full["clusters"] == first["clusters"] - 1
+    finally:
+        es.options(ignore_status=404).indices.delete(index=name)
+
+
+def test_incremental_needs_a_full_run_with_the_same_threshold(es, es_url, reuters_index, reuters_docs):
+    name = copy_index(es, reuters_index, f"cluster-meta-{uuid.uuid4().hex[:8]}", [d["id"] for d in reuters_docs[:300]])
+    try:
+        result = run_neardup(["cluster", "--index", name, "--incremental"], es_url)
+        assert result.returncode == 3
+        assert "run `neardup cluster --index" in result.stderr.decode() and "no clusters yet" in result.stderr.decode()
+        cluster(es_url, name)
+        result = run_neardup(["cluster", "--index", name, "--incremental", "--threshold", "0.9"], es_url)
+        assert result.returncode == 3 and "threshold 0.8" in result.stderr.decode()
+        assert b"Traceback" not in result.stderr
+    finally:
+        es.options(ignore_status=404).indices.delete(index=name)
+
+
+def test_missing_index_is_one_clear_message(es_url):
+    result = run_neardup(["cluster", "--index", f"cluster-missing-{uuid.uuid4().hex[:6]}"], es_url)
+    assert result.returncode == 3
+    assert b"no such index" in result.stderr and b"Traceback" not in result.stderr
+
+
+def test_a_document_changed_meanwhile_is_not_overwritten(es, es_url):
+    """The conditional update meets a changed fingerprint: re-read, left for the next run."""
+    from indexer.client import make_client
+    from indexer.cluster import ClusterUpdater
+    from indexer.cluster_docs import SOURCE_FIELDS, Planned
+    from indexer.retry import Retrier
+    from indexer.stats import JobStats
+    from indexer.writer import Pending
+    from neardup.config import load_config
+
+    name = f"cluster-conflict-{uuid.uuid4().hex[:8]}"
+    fp = Fingerprinter(PARAMS)
+    es.index(index=name, id="1", document={"body": "first text", FIELD: fp.fingerprint("first text").to_source()},
+             refresh=True)
+    hit = es.get(index=name, id="1")
+    token = stored_values(hit["_source"]).token
+    es.update(index=name, id="1", doc={"body": "second", FIELD: fp.fingerprint("a new text").to_source()}, refresh=True)
+    try:
+        config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
+        stats = JobStats()
+        want = Planned("1", ("00",), token)
+        updater = ClusterUpdater(make_client(config.upstream), Retrier(es_url, 2), lambda s: ("ok", None),
+                                 SOURCE_FIELDS, 3, stats, plan={(name, "1"): want})
+        updater.write([Pending(name, "1", None, hit["_seq_no"], hit["_primary_term"], want.partial())])
+        assert updater.changed_meanwhile == 1 and stats.conflicts_retried == 1 and stats.updated == 0
+        assert "cluster" not in es.get(index=name, id="1")["_source"][FIELD]
+    finally:
+        es.options(ignore_status=404).indices.delete(index=name)
+
+
+# --- report in a real browser ------------------------------------------------------------------------
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.fail("the HTML report test needs Chromium: apt-get install -y chromium", pytrace=False)
+
+
+def test_report_renders_in_headless_chromium(es, es_url, reuters_index, reuters_docs, tmp_path):
+    name = copy_index(es, reuters_index, f"cluster-report-{uuid.uuid4().hex[:8]}",
+                      [d["id"] for d in reuters_docs[:3000]])
+    evil = '<script>document.title="pwned"</script><b>bold</b>'
+    es.index(index=name, id="evil", document={"title": evil, "body": reuters_docs[15]["body"]}, refresh=True)
+    try:
+        assert run_neardup(["index", "--index", name], es_url).returncode == 0
+        report = tmp_path / "report.html"
+        summary = cluster(es_url, name, "--report", str(report))
+        assert summary["report"] == str(report)
+        browser = chromium()
+        common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--no-first-run", "--disable-sync", "--disable-component-update",
+                  f"--user-data-dir={tmp_path / 'profile'}"]
+        dom = subprocess.run([*common, "--dump-dom", report.as_uri()], capture_output=True, text=True,
+                             timeout=120, check=False)
+        assert dom.returncode == 0, dom.stderr[-2000:]
+        page = dom.stdout
+        assert f"Near-duplicate clusters of <code>{name}</code>" in page
+        assert "<table id=\"sizes\">" in page and "<table id=\"largest\">" in page
+        assert "Pairs just above the threshold" in page and 'class="sim">0.8' in page
+        assert "pwned" not in page.split("<title>")[1].split("</title>")[0]  # the script never ran
+        assert "<b>bold</b>" not in page and "&lt;b&gt;bold&lt;/b&gt;" in page
+        shot = tmp_path / "report.png"
+        run = subprocess.run([*common, f"--screenshot={shot}", "--window-size=1200,1600", report.as_uri()],
+                             capture_output=True, text=True, timeout=120, check=False)
+        assert run.returncode == 0 and shot.stat().st_size > 10_000
+    finally:
+        es.options(ignore_status=404).indices.delete(index=name)
