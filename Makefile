@@ -2,6 +2,8 @@
 #
 #   make install        create .venv (if missing) and install neardup with the dev extra
 #   make test           install, start Elasticsearch (scripts/es), run the whole suite, stop it
+#   make browser-deps   Debian's chromium + chromedriver for the playground's browser test
+#                       (apt-get, as root; instant when both are installed; run by make test)
 #   make demo           install, start Elasticsearch, load Reuters-21578, enrich it, search
 #                       directly and through the proxy (DATA=path, DOCS=n; KEEP=1 leaves
 #                       the node running: scripts/es status --home run/es-demo)
@@ -26,7 +28,7 @@ TEST_ES_HOME := run/es-test
 DEMO_ES_HOME := run/es-demo
 BENCH_ES_HOME := run/es-bench
 
-.PHONY: install test demo es-start es-stop es-status bench clean
+.PHONY: install browser-deps test demo es-start es-stop es-status bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,9 +36,22 @@ $(PY):
 install: $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev]"
 
+# The playground's end-to-end test drives Debian's Chromium through Debian's chromedriver
+# (tests/test_playground_browser.py). Installed with apt-get when missing: as root (CI), or with
+# passwordless sudo; otherwise a warning, and the browser tests skip (they fail under CI=true).
+browser-deps:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then sudo=""; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; \
+	else echo "make browser-deps: chromium/chromedriver missing and not root: run" \
+	  "'apt-get install -y chromium chromium-driver' as root; the browser tests will skip" >&2; exit 0; fi; \
+	echo "make browser-deps: installing chromium and chromium-driver (Debian packages)"; \
+	$$sudo apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends \
+	  chromium chromium-driver fonts-dejavu-core >/dev/null
+
 # Exit status is pytest's; "no tests collected" (5) counts as a failure. The node is stopped
 # whatever happens, including Ctrl-C.
-test: install
+test: install browser-deps
 	@trap 'scripts/es stop --home $(TEST_ES_HOME) --purge' EXIT; trap 'exit 130' INT TERM; \
 	scripts/es start --home $(TEST_ES_HOME) --port auto --security off --heap $(ES_HEAP) --fresh >/dev/null || exit 1; \
 	NEARDUP_TEST_ES_URL=$$(scripts/es url --home $(TEST_ES_HOME)) $(PY) -m pytest $(PYTEST_ARGS); \

@@ -13,8 +13,9 @@ A collection is a sequence of *stories*:
 * the story has no further copies with probability 0.6; otherwise 1 + Zipf(2.2) copies,
   capped at 300 (a heavy tail of widely syndicated stories);
 * each **copy** is made from the original (70 %) or from an earlier copy (30 %, so chains
-  form), by editing a share e ~ U(0, 0.12) of its words (deleted, inserted or replaced, in
-  equal parts), swapping two parts of the text (probability 0.15) and appending a random
+  form), by editing a share e of its words (deleted, inserted or replaced, in equal parts):
+  light edits, e ~ U(0, 0.03), with probability 0.7 (corrections, re-sends), heavier ones,
+  e ~ U(0.03, 0.12), otherwise; swapping two parts of the text (probability 0.15) and appending a random
   pool paragraph, like boilerplate (probability 0.15).
 
 The story of each document is the generating truth (edits may take a copy below a given
@@ -79,7 +80,7 @@ class Collection:
 def _edit(tokens: np.ndarray, vocabulary: np.ndarray, pool: Sequence[np.ndarray],
           rng: np.random.Generator) -> np.ndarray:
     n = len(tokens)
-    rate = rng.uniform(0.0, 0.12)
+    rate = rng.uniform(0.0, 0.03) if rng.random() < 0.7 else rng.uniform(0.03, 0.12)
     edits = rng.binomial(n, rate)
     out = tokens.copy()
     if edits:

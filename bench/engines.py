@@ -493,8 +493,8 @@ def bloom_section(corpus: Corpus, fp, plants_per_share: int, seed: int, min_shar
 
     # 3. rows needed, packed vs one filter per document, for several row sizes
     sizes = np.array([len(s) for s in shingles])
-    out.append(f"**Rows needed** for the {len(sizes):,} Russian articles ({int(sizes.sum()):,} distinct shingles "
-               f"in all; per article median {int(np.median(sizes))}, 95th percentile "
+    out.append(f"**Rows needed** for the {len(sizes):,} Russian articles ({int(sizes.sum()):,} shingles, "
+               f"distinct within each article; per article median {int(np.median(sizes))}, 95th percentile "
                f"{int(np.percentile(sizes, 95))}, max {int(sizes.max())}) at p* = {params.target_fp}, k = "
                f"{params.hashes}: packed (documents continue into the next row) against one filter of the "
                "same size per document (a document larger than a row takes several):")
@@ -573,12 +573,13 @@ def bloom_section(corpus: Corpus, fp, plants_per_share: int, seed: int, min_shar
     kept_planted = np.mean([(s, h) in kept for s, h, _ in plants])
     log(f"  without boilerplate: {sum(kept_times):.1f} s")
     out.append(f"Besides the plants, {natural:,} ordered pairs of articles hold ≥ {min_share} of each other's "
-               f"shingles in the corpus itself. Almost all of them are boilerplate: {len(common):,} shingles "
-               f"(of {len(np.unique(np.concatenate(shingles))):,}) occur in more than {BOILERPLATE_DOCS} articles "
-               "(embedded video-player script, subscription and \"read also\" lines); with those left out of the "
-               f"filter and the queries (`fingerprint.bloom.frequent_shingles`), {kept_natural:,} pairs remain "
-               f"(same-story follow-ups and quotes); planted fragments found: {fmt(float(kept_planted))} (a fragment "
-               "that includes boilerplate lines can fall below the share without them); "
+               f"shingles in the corpus itself. {len(common):,} shingles (of "
+               f"{len(np.unique(np.concatenate(shingles))):,}) occur in more than {BOILERPLATE_DOCS} articles "
+               "(embedded analytics, video-player and ad scripts, tweet embeds, stock phrases such as "
+               "\"президент США Дональд Трамп\"); with those left out of the filter and the queries "
+               f"(`fingerprint.bloom.frequent_shingles`), {kept_natural:,} pairs remain "
+               f"({1 - kept_natural / max(1, natural):.1%} fewer); planted fragments found: {fmt(float(kept_planted))} "
+               "(a fragment that includes such shingles can fall below the share without them); "
                f"{kept_checked / len(shingles):.1f} candidates a query, screen {sum(kept_times):.1f} s.")
     return out
 

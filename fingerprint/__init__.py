@@ -7,7 +7,7 @@ field layout and :mod:`fingerprint.similarity` for the similarity measures.
 """
 
 from fingerprint.fingerprinter import Fingerprinter
-from fingerprint.model import FIELD, Fingerprint, FingerprintFormatError, es_mapping
+from fingerprint.model import FIELD, Fingerprint, FingerprintFormatError, es_mapping, read_signatures
 from fingerprint.params import ALGORITHM_VERSION, FingerprintParams, scheme_version
 from fingerprint.similarity import (
     estimated_containment,
@@ -25,6 +25,7 @@ __all__ = [
     "FingerprintFormatError",
     "FingerprintParams",
     "Fingerprinter",
+    "read_signatures",
     "es_mapping",
     "estimated_containment",
     "estimated_resemblance",

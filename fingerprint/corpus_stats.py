@@ -97,6 +97,35 @@ class CorpusStats(ArrayValue):
         df = self.df_of(terms).astype(np.float64)
         return np.log((1.0 + self.doc_count) / (1.0 + df)) + 1.0
 
+    # -- partitions by the top bits of the term hash (for storage in several small documents)
+
+    def partition(self, bits: int) -> list[CorpusStats]:
+        """2^bits statistics, part p holding the terms whose top ``bits`` bits are p (each with
+        the full document count). :meth:`join` of the parts gives these statistics back."""
+        if not (isinstance(bits, int) and 0 <= bits <= 16):
+            raise ValueError(f"bits = {bits!r}: must be a whole number from 0 to 16")
+        top = (self.terms >> np.uint64(64 - bits)).astype(np.int64) if bits else np.zeros(len(self.terms), np.int64)
+        edges = np.searchsorted(top, np.arange((1 << bits) + 1))  # terms are sorted, so parts are runs
+        return [CorpusStats(self.doc_count, self.terms[a:b].copy(), self.df[a:b].copy())
+                for a, b in zip(edges[:-1], edges[1:])]
+
+    @classmethod
+    def join(cls, parts: Sequence[CorpusStats]) -> CorpusStats:
+        """Inverse of :meth:`partition` (parts of one statistics, any order; ValueError if their
+        document counts differ or a term appears in two parts)."""
+        if not parts:
+            return cls.empty()
+        counts = {p.doc_count for p in parts}
+        if len(counts) != 1:
+            raise ValueError(f"parts of different statistics: document counts {sorted(counts)}")
+        terms = np.concatenate([p.terms for p in parts])
+        df = np.concatenate([p.df for p in parts])
+        order = np.argsort(terms, kind="stable")
+        terms, df = terms[order], df[order]
+        if len(terms) > 1 and np.any(terms[1:] == terms[:-1]):
+            raise ValueError("parts overlap: a term is in two parts")
+        return cls(counts.pop(), terms, df)
+
     # -- a compact, lossless binary form (the shell stores it, e.g. base64 in a companion index)
 
     _MAGIC = b"NDS1"

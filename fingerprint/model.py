@@ -23,7 +23,7 @@ import base64
 import binascii
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -49,7 +49,7 @@ def es_mapping() -> dict[str, Any]:
             FIELD: {
                 "properties": {
                     "v": {"type": "keyword"},
-                    "sig": {"type": "binary", "index": False, "doc_values": False},
+                    "sig": {"type": "binary", "doc_values": False},  # binary is never indexed
                     "n": {"type": "integer"},
                     "super": {"type": "keyword"},
                     "mega": {"type": "keyword"},
@@ -125,9 +125,8 @@ class Fingerprint:
         missing = [k for k in _KEYS if k not in obj]
         if missing:
             raise fail(f"missing field(s) {', '.join(missing)}")
-        extra = sorted(str(k) for k in obj if k not in _KEYS)
-        if extra:
-            raise fail(f"unknown field(s) {', '.join(extra)}")
+        # Other keys of the object belong to other features (``cluster``, ``duplicate_of``, ...)
+        # that share the ``neardup`` object; they are not part of the fingerprint.
         version, sig_text, count, supers, megas = (obj[k] for k in _KEYS)
 
         if not isinstance(version, str) or not _VERSION.match(version):
@@ -187,3 +186,55 @@ def empty_fingerprint(version: str, num_perm: int) -> Fingerprint:
     """The fingerprint of a document without words (see the module docstring)."""
     return make_fingerprint(version, np.full(num_perm, U64_MAX, dtype=np.uint64),
                             np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.uint64), 0)
+
+
+def read_signatures(objects: Sequence[Any], version: str, num_perm: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Signatures and shingle counts of many stored fingerprints at once, for the request path.
+
+    Returns ``(positions, signatures (M, K) uint64, counts (M,))`` for the objects of
+    ``objects`` (stored ``neardup`` values, or anything else) that hold a fingerprint of scheme
+    ``version`` with ``num_perm`` minhashes; the rest are left out ("no fingerprint").
+
+    :meth:`Fingerprint.from_source` validates an object completely (it recomputes the
+    supershingles, ~40 µs); grouping needs only ``sig`` and ``n``, so this reads just those,
+    with one strict base64 decode for the whole batch when every text has the exact length.
+    A malformed ``sig`` drops only its own object.
+    """
+    text_length = 4 * (-(-8 * num_perm // 3))
+    joinable = (8 * num_perm) % 3 == 0  # no '=' padding: concatenated texts decode as one
+    positions: list[int] = []
+    texts: list[str] = []
+    counts: list[int] = []
+    for position, obj in enumerate(objects):
+        if type(obj) is not dict or obj.get("v") != version:
+            continue
+        text, count = obj.get("sig"), obj.get("n")
+        if type(text) is not str or len(text) != text_length or type(count) is not int or count < 0:
+            continue
+        positions.append(position)
+        texts.append(text)
+        counts.append(count)
+    matrix = None
+    if texts and joinable:
+        try:
+            raw = binascii.a2b_base64("".join(texts), strict_mode=True)
+            matrix = np.frombuffer(raw, dtype="<u8").reshape(len(texts), num_perm)
+        except (binascii.Error, ValueError):
+            matrix = None  # some text is malformed: decode one by one below
+    if matrix is None:
+        rows = [_decode_signature(t, num_perm) for t in texts]
+        keep = [k for k, row in enumerate(rows) if row is not None]
+        positions = [positions[k] for k in keep]
+        counts = [counts[k] for k in keep]
+        matrix = np.vstack([rows[k] for k in keep]) if keep else np.zeros((0, num_perm), "<u8")
+    return (np.asarray(positions, np.int64), matrix.astype(np.uint64, copy=False),
+            np.asarray(counts, np.int64))
+
+
+def _decode_signature(text: str, num_perm: int) -> np.ndarray | None:
+    try:
+        raw = binascii.a2b_base64(text, strict_mode=True)
+    except (binascii.Error, ValueError):
+        return None
+    return np.frombuffer(raw, dtype="<u8") if len(raw) == 8 * num_perm else None

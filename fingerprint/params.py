@@ -32,10 +32,14 @@ class FingerprintParams:
     supershingles of ``rows`` minhashes each.
     """
 
-    shingle_size: int = 5
+    # Defaults chosen by the quality evaluation (bench/RESULTS.md, "Quality evaluation"):
+    # 3-word shingles keep lightly edited copies above 0.8 more often than 5 or 10 without
+    # more unrelated pairs; 14 supershingles of 6 rows make a shared supershingle a reliable
+    # lookup key at 0.8 (1-(1-0.8^6)^14 = 0.986; 6 of 14 would give 0.24).
+    shingle_size: int = 3
     num_perm: int = 84
-    groups: int = 6
-    rows: int = 14
+    groups: int = 14
+    rows: int = 6
     seed: int = 1
     language: Language = "auto"
     strip_html: bool = True

@@ -193,6 +193,40 @@ def similar_pairs(signatures: np.ndarray, counts: np.ndarray, threshold: float,
     else:
         need, scan = 1, k
 
+    if rows.size <= DIRECT_LIMIT:
+        lo, hi, sim = _all_pairs(signatures, rows, need)
+    else:
+        lo, hi, sim = _pairs_sharing_slots(signatures, rows, need, scan)
+    if mode == "containment":
+        ci = containment_from_resemblance(sim, counts[lo], counts[hi])
+        cj = containment_from_resemblance(sim, counts[hi], counts[lo])
+        sim = np.maximum(ci, cj)
+        keep = sim >= threshold
+        lo, hi, sim = lo[keep], hi[keep], sim[keep]
+    order = np.lexsort((hi, lo))
+    return lo[order], hi[order], np.asarray(sim[order], dtype=np.float64)
+
+
+#: Up to this many fingerprinted rows, comparing every pair directly is cheaper than the
+#: per-slot sorts (m(m-1)/2 × K comparisons: 170k for m = 64), and gives the same pairs.
+DIRECT_LIMIT = 64
+
+
+def _all_pairs(signatures: np.ndarray, rows: np.ndarray, need: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every pair of ``rows`` with at least ``need`` equal slots: ``(lo, hi, Ĵ)``, lo < hi."""
+    k = signatures.shape[1]
+    a, b = np.triu_indices(rows.size, 1)
+    sig = signatures[rows]
+    equal = np.count_nonzero(sig[a] == sig[b], axis=1)
+    keep = equal >= need
+    return rows[a[keep]].astype(np.int64), rows[b[keep]].astype(np.int64), equal[keep] / k
+
+
+def _pairs_sharing_slots(signatures: np.ndarray, rows: np.ndarray, need: int, scan: int
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Like :func:`_all_pairs`, at a cost proportional to the pairs that share a scanned slot."""
+    k = signatures.shape[1]
     # Distinct signatures among the non-empty rows; members of each, grouped.
     group = _identical_rows(signatures[rows])
     groups = int(group.max()) + 1
@@ -218,16 +252,8 @@ def similar_pairs(signatures: np.ndarray, counts: np.ndarray, threshold: float,
     inside_left, inside_right = _pairs_within_runs(first[sizes > 1], sizes[sizes > 1])
     i = np.concatenate((np.minimum(a, b), members[inside_left])).astype(np.int64)
     j = np.concatenate((np.maximum(a, b), members[inside_right])).astype(np.int64)
-    lo, hi = np.minimum(i, j), np.maximum(i, j)
     sim = np.concatenate((equal[pair], np.full(inside_left.size, k))) / k
-    if mode == "containment":
-        ci = containment_from_resemblance(sim, counts[lo], counts[hi])
-        cj = containment_from_resemblance(sim, counts[hi], counts[lo])
-        sim = np.maximum(ci, cj)
-        keep = sim >= threshold
-        lo, hi, sim = lo[keep], hi[keep], sim[keep]
-    order = np.lexsort((hi, lo))
-    return lo[order], hi[order], np.asarray(sim[order], dtype=np.float64)
+    return np.minimum(i, j), np.maximum(i, j), sim
 
 
 def group_labels(n: int, i: np.ndarray, j: np.ndarray) -> np.ndarray:

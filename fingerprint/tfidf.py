@@ -71,7 +71,7 @@ from fingerprint.values import ArrayValue
 __all__ = [
     "CorpusStats", "QUANT", "StatsFormatError", "SynonymFormatError", "SynonymMap", "TF_FIELD", "TFIDF_ALGORITHM",
     "TermCounts", "TfidfFormatError", "TfidfParams", "TfidfVector", "TfidfWeigher", "cosine", "cosine_pairs",
-    "parse_synonyms", "term_counts", "tfidf_version", "weigh",
+    "parse_synonyms", "term_counts", "tf_mapping", "tfidf_version", "weigh",
 ]
 
 #: Bump when the weighting, quantisation or term hashing changes (changes every stored vector).
@@ -217,6 +217,14 @@ class TfidfVector(ArrayValue):
         if len(terms) > 1 and np.any(terms[1:] <= terms[:-1]):
             raise fail("t: term hashes must be strictly increasing")
         return cls(version, terms, weights)
+
+
+def tf_mapping() -> dict[str, Any]:
+    """Mapping fragment of ``neardup.tf`` (merge under ``neardup``'s properties): ``v`` a keyword
+    (to find stale vectors), ``t`` and ``w`` binary without doc values (binary fields are never
+    indexed; they are only read back from ``_source``), like the signature."""
+    stored_only = {"type": "binary", "doc_values": False}
+    return {TF_FIELD: {"properties": {"v": {"type": "keyword"}, "t": dict(stored_only), "w": dict(stored_only)}}}
 
 
 def weigh(counts: TermCounts, stats: CorpusStats, params: TfidfParams, version: str) -> TfidfVector:

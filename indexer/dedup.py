@@ -102,9 +102,8 @@ def candidates_from_hits(hits: Iterable[dict[str, Any]]) -> list[tuple[str, str,
         stored = (hit.get("_source") or {}).get(FIELD)
         if not isinstance(stored, dict):
             continue
-        core = {k: stored.get(k) for k in ("v", "sig", "n", "super", "mega")}
         try:
-            found.append((hit.get("_index", ""), hit["_id"], Fingerprint.from_source(core)))
+            found.append((hit.get("_index", ""), hit["_id"], Fingerprint.from_source(stored)))
         except FingerprintFormatError:
             continue
     return found

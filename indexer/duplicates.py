@@ -37,7 +37,7 @@ def stored_fingerprint(source: dict[str, Any], doc_id: str, version: str) -> Fin
         raise JobError(f"document {doc_id} has {have}, not one of the current scheme {version}; "
                        "run `neardup index` on the index first")
     try:
-        return Fingerprint.from_source({k: stored.get(k) for k in ("v", "sig", "n", "super", "mega")})
+        return Fingerprint.from_source(stored)
     except FingerprintFormatError as exc:
         raise JobError(f"document {doc_id}: {exc}; run `neardup index --force` to rewrite it") from None
 

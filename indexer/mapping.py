@@ -42,22 +42,11 @@ TEXT_TYPES = frozenset({"text", "keyword", "match_only_text", "wildcard", "const
 
 def wanted_properties(with_duplicate_of: bool = False) -> dict[str, dict[str, Any]]:
     """Sub-field definitions of ``neardup`` from :func:`fingerprint.es_mapping` (plus ``duplicate_of``)."""
-    properties = {name: accepted_definition(definition)
+    properties = {name: dict(definition)
                   for name, definition in es_mapping()["properties"][FIELD]["properties"].items()}
     if with_duplicate_of:
         properties[DUPLICATE_OF] = dict(DUPLICATE_OF_MAPPING)
     return properties
-
-
-def accepted_definition(definition: Mapping[str, Any]) -> dict[str, Any]:
-    """``definition`` without parameters Elasticsearch refuses for its type.
-
-    A ``binary`` field is never indexed and Elasticsearch 8 rejects ``"index": false`` on it
-    (``unknown parameter [index] on mapper [sig] of type [binary]``).
-    """
-    if definition.get("type") == "binary":
-        return {k: v for k, v in definition.items() if k != "index"}
-    return dict(definition)
 
 
 def _same(existing: Any, wanted: Any) -> bool:

@@ -83,6 +83,41 @@ class ProxyConfig(_Section):
     workers: Annotated[int, Field(ge=1, le=64)] = 1
     max_body_bytes: Annotated[int, Field(ge=1024)] = 100 * 1024 * 1024
     shutdown_timeout: Seconds = 30.0
+    #: Serve the search playground page at ``/_neardup/`` (404 when off).
+    playground: bool = False
+    #: Refuse (403) every request that could write: see :mod:`proxy.access`.
+    read_only: bool = False
+    #: If not empty, only requests matching one of these rules go upstream (403 otherwise):
+    #: ``"[METHOD[,METHOD...]] /path/pattern"``, e.g. ``"GET,POST /logs-*/_search"``.
+    allowed_paths: list[str] = Field(default_factory=list)
+    #: ``host:port`` to serve ``/_neardup/health`` and ``/_neardup/metrics`` on, instead of
+    #: the main port (where they then answer 404); empty: on the main port.
+    ops_address: str = ""
+
+    @field_validator("allowed_paths")
+    @classmethod
+    def _rules_parse(cls, value: list[str]) -> list[str]:
+        from proxy.access import parse_rule
+
+        for rule in value:
+            parse_rule(rule)  # RuleError is a ValueError: reported with the key
+        return value
+
+    @field_validator("ops_address")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        if value:
+            split_host_port(value)
+        return value
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """``"127.0.0.1:9202"`` / ``"[::1]:9202"`` → (host, port); raises ValueError."""
+    host, sep, port = address.strip().rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected host:port (e.g. 127.0.0.1:9202, port 0 to 65535), not {address!r}")
+    return host, int(port)
 
 
 class IndexOverride(_Section):

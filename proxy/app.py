@@ -2,6 +2,7 @@
 
 * ``GET /_neardup/health``: the proxy and each upstream node (``GET /_cluster/health``).
 * ``GET /_neardup/metrics``: Prometheus text format (:mod:`proxy.metrics`).
+* ``GET /_neardup/``: the search playground page, when enabled (:mod:`proxy.playground`).
 * ``GET|POST [/<index>]/_search`` and ``/_msearch``: collapsed (:mod:`proxy.searching`).
 * everything else: forwarded unchanged, bodies streamed both ways.
 
@@ -24,7 +25,7 @@ from aiohttp import web
 
 from neardup import __version__
 from neardup.config import Config
-from proxy import errors, jsonio, searching
+from proxy import access, errors, jsonio, playground, searching
 from proxy import http as httpx
 from proxy.collapse import Algorithms
 from proxy.fingerprints import default_algorithms
@@ -130,6 +131,13 @@ async def proxy_request(request: web.Request) -> web.StreamResponse:
     """Every request that is not an ops endpoint."""
     state = request.app[STATE]
     raw_path, _, raw_query = request.raw_path.partition("?")
+    if not raw_path.startswith("/"):  # absolute-form target: the upstream is the configured one
+        raise errors.illegal_argument("the request target must be a path starting with '/', "
+                                      "not an absolute URI; the proxy forwards only to upstream.urls")
+    refusal = access.policy(state.config.proxy.read_only,
+                            tuple(state.config.proxy.allowed_paths)).refusal(request.method, raw_path)
+    if refusal is not None:
+        raise refusal
     route = classify(request.method, raw_path)
     request[ROUTE] = route
     controls, query, _ = parse_controls(raw_query, request.headers)
@@ -193,6 +201,8 @@ async def stream_back(request: web.Request, upstream: aiohttp.ClientResponse,
         await response.write_eof()
     except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
         if not response.prepared:
+            if isinstance(exc, asyncio.TimeoutError):  # aiohttp's read timeouts are TimeoutErrors
+                raise errors.upstream_timeout(request.app[STATE].config.upstream.request_timeout) from None
             raise errors.upstream_broken(f"{type(exc).__name__}: {exc}") from None
         log.warning("upstream broke off a response: %s", type(exc).__name__,
                     extra={"fields": {"event": "upstream_broken", "url.path": request.path}})
@@ -244,8 +254,10 @@ def create_app(config: Config, algorithms: Algorithms | None = None,
                        algorithms=algorithms or default_algorithms(config.fingerprint))
     app = web.Application(middlewares=[observe], client_max_size=config.proxy.max_body_bytes)
     app[STATE] = state
-    app.router.add_get("/_neardup/health", health, allow_head=True)
-    app.router.add_get("/_neardup/metrics", metrics, allow_head=True)
+    ops_elsewhere = bool(config.proxy.ops_address)   # then create_ops_app serves them
+    app.router.add_get("/_neardup/health", ops_moved if ops_elsewhere else health, allow_head=True)
+    app.router.add_get("/_neardup/metrics", ops_moved if ops_elsewhere else metrics, allow_head=True)
+    playground.register(app, config)
     app.router.add_route("*", "/{tail:.*}", proxy_request)
 
     async def start(app: web.Application) -> None:
@@ -258,3 +270,21 @@ def create_app(config: Config, algorithms: Algorithms | None = None,
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
     return app
+
+
+async def ops_moved(request: web.Request) -> web.Response:
+    """The main port's answer for the ops endpoints when ``proxy.ops_address`` serves them."""
+    request[ROUTE] = "ops_moved"
+    raise errors.ProxyError(404, "resource_not_found_exception",
+                            f"[{request.path}] is not served on this address (proxy.ops_address)")
+
+
+def create_ops_app(main: web.Application) -> web.Application:
+    """``/_neardup/health`` and ``/_neardup/metrics`` alone, for ``proxy.ops_address``; they share
+    the main application's state (upstream session, metrics), so start the main one first."""
+    ops = web.Application(middlewares=[observe])
+    ops[STATE] = main[STATE]
+    ops.router.add_get("/_neardup/health", health, allow_head=True)
+    ops.router.add_get("/_neardup/metrics", metrics, allow_head=True)
+    playground.register_ops(ops, ops[STATE].config, proxy_request)
+    return ops

@@ -18,12 +18,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=int, help="processes sharing the port (proxy.workers)")
     parser.add_argument("--upstream", metavar="URL", action="append",
                         help="an Elasticsearch node; repeat for several (upstream.urls)")
+    parser.add_argument("--playground", action="store_const", const=True, default=None,
+                        help="serve the search playground page at /_neardup/ (proxy.playground)")
     parser.set_defaults(handler=run)
 
 
 def with_overrides(config: Config, args: argparse.Namespace) -> Config:
     """The configuration with the command-line options applied (validated like the file)."""
-    proxy = {key: getattr(args, key) for key in ("host", "port", "workers")
+    proxy = {key: getattr(args, key) for key in ("host", "port", "workers", "playground")
              if getattr(args, key, None) is not None}
     update: dict[str, object] = {}
     try:

@@ -14,11 +14,15 @@ import orjson
 
 
 def loads(data: bytes | str) -> Any:
-    """Parse JSON; raises ``ValueError`` if it is not JSON."""
+    """Parse JSON; raises ``ValueError`` if it is not JSON (or nested deeper than either
+    parser allows: orjson stops at 1024 levels, the standard library at the recursion limit)."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
-        return json.loads(data)
+        try:
+            return json.loads(data)
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
 
 
 def dumps(value: Any, pretty: bool = False) -> bytes:

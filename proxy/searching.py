@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from proxy import collapse, errors, filter_path, jsonio
+from proxy import collapse, errors, filter_path, jsonio, similarity
 from proxy import http as httpx
 from proxy.params import Controls, Settings, resolve, split_query
 from proxy.routes import index_of
@@ -213,6 +213,7 @@ async def _collapse_one(state: "ProxyState", incoming: Incoming, plan: Plan) -> 
         if following is None:
             break
         offset, count = following
+    similarity.annotate_page(window, groups, state.algorithms.read)
     response = finish(window, groups, fingerprinted)
     _record(state, incoming, response[collapse.SUMMARY_KEY]["collapsed"])
     return _respond(incoming, 200, first_headers, apply_filter(plan.filter, response), plan.pretty)
@@ -346,6 +347,7 @@ async def _collapse_many(state: "ProxyState", incoming: Incoming, items: list[It
     results = []
     for item in items:
         if item.window is not None and item.result is None:
+            similarity.annotate_page(item.window, item.groups, state.algorithms.read)
             item.result = finish(item.window, item.groups, item.fingerprinted)
             collapsed += item.result[collapse.SUMMARY_KEY]["collapsed"]
         results.append(item.result)

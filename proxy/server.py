@@ -21,9 +21,9 @@ from typing import Any, Coroutine
 
 from aiohttp import web
 
-from neardup.config import Config
-from neardup.upstream import UpstreamError, check_upstream
-from proxy.app import create_app
+from neardup.config import Config, split_host_port
+from neardup.upstream import UpstreamError, check_upstream, without_credentials
+from proxy.app import create_app, create_ops_app
 
 log = logging.getLogger("neardup.proxy")
 
@@ -44,20 +44,30 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-async def run_worker(config: Config, sock: socket.socket, metrics_dir: str | None = None) -> None:
-    """Serve on ``sock`` until SIGTERM/SIGINT, then shut down gracefully."""
+async def run_worker(config: Config, sock: socket.socket, metrics_dir: str | None = None,
+                     ops_sock: socket.socket | None = None) -> None:
+    """Serve on ``sock`` (and the ops endpoints on ``ops_sock``) until SIGTERM/SIGINT, then
+    shut down gracefully."""
     app = create_app(config, metrics_dir=metrics_dir)
     runner = web.AppRunner(app, handle_signals=False, access_log=None, auto_decompress=False,
                            shutdown_timeout=config.proxy.shutdown_timeout)
     await runner.setup()
     site = web.SockSite(runner, sock)
     await site.start()
+    ops_runner = None
+    if ops_sock is not None:
+        ops_runner = web.AppRunner(create_ops_app(app), handle_signals=False, access_log=None,
+                                   shutdown_timeout=1.0)
+        await ops_runner.setup()
+        await web.SockSite(ops_runner, ops_sock).start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     log.info("shutting down: finishing requests in flight (at most %gs)", config.proxy.shutdown_timeout)
+    if ops_runner is not None:
+        await ops_runner.cleanup()
     await runner.cleanup()
 
 
@@ -76,19 +86,21 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
 def serve(config: Config) -> int:
     """Bind, announce the URL, run ``proxy.workers`` workers until told to stop."""
     sock = bind(config.proxy.host, config.proxy.port)
+    ops_sock = bind(*split_host_port(config.proxy.ops_address)) if config.proxy.ops_address else None
     _check_upstream(config)
     workers = config.proxy.workers
     url = url_of(sock)
-    message = (f"neardup proxy listening on {url} (workers: {workers}, "
-               f"upstream: {', '.join(config.upstream.url_strings)})")
+    upstream = ", ".join(without_credentials(u) for u in config.upstream.url_strings)
+    ops = f"; health and metrics on {url_of(ops_sock)}" if ops_sock is not None else ""
+    message = f"neardup proxy listening on {url} (workers: {workers}, upstream: {upstream}{ops})"
     print(message, flush=True)
     log.info(message, extra={"fields": {"event": "listening", "url.full": url, "workers": workers}})
     if workers == 1:
-        run_loop(run_worker(config, sock))
+        run_loop(run_worker(config, sock, ops_sock=ops_sock))
         return 0
     metrics_dir = tempfile.mkdtemp(prefix="neardup-proxy-metrics-")
     try:
-        return _supervise(config, sock, workers, metrics_dir)
+        return _supervise(config, sock, workers, metrics_dir, ops_sock)
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
@@ -106,14 +118,15 @@ def _check_upstream(config: Config) -> None:
         log.log(level, "%s (serving anyway; requests get 502 while no node answers)", exc)
 
 
-def _spawn(config: Config, sock: socket.socket, metrics_dir: str) -> int:
+def _spawn(config: Config, sock: socket.socket, metrics_dir: str,
+           ops_sock: socket.socket | None = None) -> int:
     pid = os.fork()
     if pid == 0:  # the worker
         code = 0
         try:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
-            run_loop(run_worker(config, sock, metrics_dir))
+            run_loop(run_worker(config, sock, metrics_dir, ops_sock))
         except BaseException:  # noqa: BLE001 - report and leave the worker
             log.exception("worker %d failed", os.getpid())
             code = 1
@@ -124,7 +137,8 @@ def _spawn(config: Config, sock: socket.socket, metrics_dir: str) -> int:
     return pid
 
 
-def _supervise(config: Config, sock: socket.socket, workers: int, metrics_dir: str) -> int:
+def _supervise(config: Config, sock: socket.socket, workers: int, metrics_dir: str,
+               ops_sock: socket.socket | None = None) -> int:
     stopping = False
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -140,7 +154,7 @@ def _supervise(config: Config, sock: socket.socket, workers: int, metrics_dir: s
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     for _ in range(workers):
-        children.add(_spawn(config, sock, metrics_dir))
+        children.add(_spawn(config, sock, metrics_dir, ops_sock))
     while children:
         try:
             pid, status = os.wait()
@@ -152,6 +166,6 @@ def _supervise(config: Config, sock: socket.socket, workers: int, metrics_dir: s
         if not stopping:
             log.warning("worker %d exited (status %d); starting a new one", pid, status)
             time.sleep(0.5)
-            children.add(_spawn(config, sock, metrics_dir))
+            children.add(_spawn(config, sock, metrics_dir, ops_sock))
     sock.close()
     return 0

@@ -2,8 +2,18 @@
 
 * One :class:`aiohttp.ClientSession` per worker process with a keep-alive ``TCPConnector``
   of ``upstream.max_connections`` connections.
-* Requests go to the nodes in turn; a node that refuses the connection is skipped and the next
-  one tried (the request was not sent, so this is safe for every method).
+* Requests go to the nodes in turn; a node that refuses the connection, or does not accept it
+  within ``upstream.connect_timeout``, is skipped and the next one tried (the request was not
+  sent, so this is safe for every method). A node that failed so is tried after the others
+  for a while (0.5 s, doubling up to 30 s, reset by its next success), so one dead node costs
+  the requests little; when every node failed, all are tried in turn.
+* A connection that breaks before the response (reset, closed) fails the request with 502,
+  unless the request only reads (:func:`proxy.access.is_read`) and its body is in memory: it
+  is then sent once more, to the next node (the same one when there is one node).
+* The path and query go upstream exactly as received (no percent-decoding, no ``..``
+  normalisation), and only to the configured nodes: the request target must be a path.
+  User information in ``upstream.urls`` is not used by the proxy (clients bring their own
+  credentials) and never shown in its messages.
 * Bytes pass through untouched: no automatic decompression, no headers added by the client
   library (``User-Agent``, ``Accept``, ``Accept-Encoding``, ``Content-Type`` only if the client
   sent them).
@@ -16,12 +26,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import ssl
+import time
 from typing import Any, AsyncIterable, Mapping
 
 import aiohttp
+from yarl import URL
 
 from neardup.config import UpstreamConfig
-from proxy import errors, jsonio
+from neardup.upstream import without_credentials
+from proxy import access, errors, jsonio
 
 #: Headers aiohttp would add on its own; the proxy sends only what the client sent.
 _AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
@@ -44,8 +57,10 @@ class Upstream:
 
     def __init__(self, config: UpstreamConfig) -> None:
         self.config = config
-        self.urls = config.url_strings
+        self.urls = [without_credentials(url) for url in config.url_strings]
         self._turn = itertools.cycle(range(len(self.urls)))
+        #: url -> (consecutive connection failures, monotonic time before which it goes last)
+        self._down: dict[str, tuple[int, float]] = {}
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
@@ -77,25 +92,51 @@ class Upstream:
         """
         order = [base_url] if base_url else self._round_robin()
         replayable = body is None or isinstance(body, (bytes, bytearray))
+        resend = 1 if replayable and access.is_read(method, path_qs.partition("?")[0]) else 0
         last_error = ""
-        for url in order:
+        attempt = 0
+        while attempt < len(order):
+            url = order[attempt]
+            attempt += 1
             try:
-                return await self.session.request(
-                    method, url + path_qs, headers=headers, data=body,
+                response = await self.session.request(
+                    method, URL(url + path_qs, encoded=True), headers=headers, data=body,
                     allow_redirects=False, compress=None, chunked=None)
             except aiohttp.ClientConnectorError as exc:
                 last_error = f"{url}: {exc.os_error.strerror or exc}" if exc.os_error else f"{url}: {exc}"
-                if not replayable:
-                    break
+            except aiohttp.ConnectionTimeoutError:
+                last_error = f"{url}: no connection within {self.config.connect_timeout:g} s " \
+                             "(upstream.connect_timeout)"
             except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
                 raise errors.upstream_timeout(self.config.request_timeout) from None
             except aiohttp.ClientError as exc:
-                raise errors.upstream_broken(f"{type(exc).__name__}: {exc}") from None
+                if not resend:
+                    raise errors.upstream_broken(f"{type(exc).__name__}: {exc}") from None
+                resend -= 1
+                if attempt == len(order):
+                    order.append(url)
+                continue
+            else:
+                self._down.pop(url, None)
+                return response
+            self._mark_down(url)
+            if not replayable:
+                break
         raise errors.upstream_unreachable(last_error or "no nodes configured")
 
     def _round_robin(self) -> list[str]:
+        """Every node once, starting with the next in turn; nodes that failed lately go last."""
         first = next(self._turn)
-        return [self.urls[(first + k) % len(self.urls)] for k in range(len(self.urls))]
+        order = [self.urls[(first + k) % len(self.urls)] for k in range(len(self.urls))]
+        if not self._down:
+            return order
+        now = time.monotonic()
+        late = {url for url, (_, until) in self._down.items() if until > now}
+        return [u for u in order if u not in late] + [u for u in order if u in late]
+
+    def _mark_down(self, url: str) -> None:
+        failures = self._down.get(url, (0, 0.0))[0] + 1
+        self._down[url] = (failures, time.monotonic() + min(30.0, 0.5 * 2 ** (failures - 1)))
 
     async def read(self, response: aiohttp.ClientResponse) -> bytes:
         """The whole body of a response, with timeouts and broken connections mapped to 504/502."""

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from fingerprint import Fingerprinter, exact_containment
-from fingerprint.bloom import BloomParams, PseudoMatrixBloom, bit_positions, rows_needed
+from fingerprint.bloom import (BloomParams, PseudoMatrixBloom, bit_positions, containment_shares, frequent_shingles,
+                               rows_needed)
 from neardup.corpora import ru_news_documents
 
 
@@ -268,8 +269,13 @@ def test_containment_shares_are_exact():
     rng = np.random.default_rng(8)
     source = random_keys(rng, 200)
     others = [np.concatenate([source[:k], random_keys(rng, 50)]) for k in (0, 10, 100, 200)] + [np.empty(0, np.uint64)]
-    from fingerprint.bloom import containment_shares
-
     shares = containment_shares(source, others)
     assert shares.tolist() == [exact_containment(source, o) for o in others] == [0.0, 0.05, 0.5, 1.0, 0.0]
     assert containment_shares(np.empty(0, np.uint64), others).tolist() == [0.0] * 5
+
+
+def test_frequent_shingles_are_those_in_more_than_the_limit():
+    a, b, c = (np.array(x, dtype=np.uint64) for x in ([1, 2, 3], [2, 3, 4], [3, 5]))
+    assert frequent_shingles([a, b, c], 1).tolist() == [2, 3]
+    assert frequent_shingles([a, b, c], 2).tolist() == [3]
+    assert frequent_shingles([], 2).tolist() == []

@@ -170,21 +170,30 @@ def test_aggregate_mode_gives_the_same_ids_as_memory_mode(es, es_url, clustered,
 
 # --- incremental -------------------------------------------------------------------------------------
 
-def bridged_texts(reuters_docs: list[dict[str, Any]]) -> tuple[str, str, str]:
-    """Texts t1, t2 and m from real stories with Ĵ(m, t1) ≥ t, Ĵ(m, t2) ≥ t but Ĵ(t1, t2) < t:
-    m links two clusters that are not linked to each other."""
+def bridged_families(reuters_docs: list[dict[str, Any]]) -> tuple[list[str], list[str], str]:
+    """Texts from real stories: a family of 3 near-identical texts, a family of 2, and a text m
+    with Ĵ ≥ t to a member of each family, while no member of one family has Ĵ ≥ t to a member
+    of the other: m links two clusters that are not linked to each other."""
     fp = Fingerprinter(PARAMS)
+
+    def fingerprint(text: str):
+        return fp.fingerprint_fields(["", text])  # as `neardup index` sees a document with an empty title
+
     bodies = [d["body"] for d in reuters_docs if len(d["body"].split()) > 250]
     shared = " ".join(bodies[0].split()[:180])
-    first, second = bodies[1].split(), bodies[2].split()
-    for cut in range(8, 40):
-        t1 = f"{shared} {' '.join(first[:cut])}"
-        t2 = f"{shared} {' '.join(second[:cut])}"
-        m = f"{shared} {' '.join(first[:cut // 2])} {' '.join(second[:cut // 2])}"
-        f1, f2, fm = (fp.fingerprint_fields(["", text]) for text in (t1, t2, m))
-        if (estimated_resemblance(fm, f1) >= THRESHOLD and estimated_resemblance(fm, f2) >= THRESHOLD
-                and estimated_resemblance(f1, f2) < THRESHOLD):
-            return t1, t2, m
+    first = bodies[1].split()
+    for other in bodies[3:80]:
+        second = other.split()
+        for cut in range(8, 60, 2):
+            xs = [f"{shared} {' '.join(first[:cut - k])}" for k in range(3)]
+            ys = [f"{shared} {' '.join(second[:cut - k])}" for k in range(2)]
+            m = f"{shared} {' '.join(first[:cut // 2])} {' '.join(second[:cut // 2])}"
+            fx, fy, fm = [fingerprint(t) for t in xs], [fingerprint(t) for t in ys], fingerprint(m)
+            if (estimated_resemblance(fm, fx[0]) >= THRESHOLD and estimated_resemblance(fm, fy[0]) >= THRESHOLD
+                    and all(estimated_resemblance(a, b) < THRESHOLD for a in fx for b in fy)
+                    and all(estimated_resemblance(fx[0], b) >= THRESHOLD for b in fx[1:])
+                    and estimated_resemblance(fy[0], fy[1]) >= THRESHOLD):
+                return xs, ys, m
     raise AssertionError("no bridging texts found")
 
 
@@ -193,10 +202,9 @@ def test_incremental_joins_merges_and_equals_a_full_run(es, es_url, reuters_inde
     small = [d["id"] for d in reuters_docs[:2000]]
     copy_index(es, reuters_index, name, small)
     try:
-        t1, t2, bridge = bridged_texts(reuters_docs)
-        words = t1.split()
-        family = [{"id": f"x{k}", "title": "", "body": t1 if k == 0 else " ".join(words[:-k])} for k in range(3)]
-        family += [{"id": f"y{k}", "title": "", "body": t2 if k == 0 else " ".join(t2.split()[:-k])} for k in range(2)]
+        xs, ys, bridge = bridged_families(reuters_docs)
+        family = [{"id": f"x{k}", "title": "", "body": text} for k, text in enumerate(xs)]
+        family += [{"id": f"y{k}", "title": "", "body": text} for k, text in enumerate(ys)]
         bulk_load(es, name, family)
         assert run_neardup(["index", "--index", name], es_url).returncode == 0
         first = cluster(es_url, name)
@@ -252,13 +260,11 @@ def test_missing_index_is_one_clear_message(es_url):
 
 def test_a_document_changed_meanwhile_is_not_overwritten(es, es_url):
     """The conditional update meets a changed fingerprint: re-read, left for the next run."""
-    from indexer.client import make_client
     from indexer.cluster import ClusterUpdater
     from indexer.cluster_docs import SOURCE_FIELDS, Planned
     from indexer.retry import Retrier
     from indexer.stats import JobStats
     from indexer.writer import Pending
-    from neardup.config import load_config
 
     name = f"cluster-conflict-{uuid.uuid4().hex[:8]}"
     fp = Fingerprinter(PARAMS)
@@ -268,10 +274,9 @@ def test_a_document_changed_meanwhile_is_not_overwritten(es, es_url):
     token = stored_values(hit["_source"]).token
     es.update(index=name, id="1", doc={"body": "second", FIELD: fp.fingerprint("a new text").to_source()}, refresh=True)
     try:
-        config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
         stats = JobStats()
         want = Planned("1", ("00",), token)
-        updater = ClusterUpdater(make_client(config.upstream), Retrier(es_url, 2), lambda s: ("ok", None),
+        updater = ClusterUpdater(Elasticsearch(es_url, request_timeout=60), Retrier(es_url, 2), lambda s: ("ok", None),
                                  SOURCE_FIELDS, 3, stats, plan={(name, "1"): want})
         updater.write([Pending(name, "1", None, hit["_seq_no"], hit["_primary_term"], want.partial())])
         assert updater.changed_meanwhile == 1 and stats.conflicts_retried == 1 and stats.updated == 0

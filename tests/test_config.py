@@ -210,7 +210,7 @@ def test_environment_single_per_index_key():
     ({"NEARDUP_UPSTREAM__URLS": ""}, "upstream.urls = [] (from NEARDUP_UPSTREAM__URLS): List should have at least 1 item"),
     ({"NEARDUP_UPSTREAM__URLS__FIRST": "x"}, "NEARDUP_UPSTREAM__URLS__FIRST: upstream.urls is not a table"),
     ({"NEARDUP_FINGERPRINT__GROUPS": "7"},
-     "fingerprint.num_perm = 84: must be groups × rows = 7 × 14 = 98 (from NEARDUP_FINGERPRINT__GROUPS)"),
+     "fingerprint.num_perm = 84: must be groups × rows = 7 × 6 = 42 (from NEARDUP_FINGERPRINT__GROUPS)"),
     ({"NEARDUP_PROXY__": "1"}, "NEARDUP_PROXY__: not a configuration variable"),
 ])
 def test_bad_environment_value_names_the_variable(env, expected):

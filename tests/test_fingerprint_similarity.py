@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from fingerprint import (Fingerprinter, estimated_containment, estimated_resemblance, exact_containment,
+from fingerprint import (FingerprintParams, Fingerprinter, estimated_containment, estimated_resemblance, exact_containment,
                          exact_resemblance, group_labels, similar_pairs)
 from fingerprint.hashing import megashingles, minhash, multipliers, supershingles
 from neardup.corpora import reuters_documents, ru_news_documents
@@ -173,7 +173,7 @@ def test_super_and_mega_match_rates_follow_theory_on_edited_real_text() -> None:
     """Real articles, edited at the canonical-token level (deletions, insertions, replacements),
     grouped around 0.5 … 0.95 by their exact resemblance."""
     rng = np.random.default_rng(11)
-    fp = Fingerprinter()
+    fp = Fingerprinter(FingerprintParams(shingle_size=5, num_perm=K, groups=G, rows=R))
     token_lists = [fp.canonical_tokens(t) for t in articles("en", 260, min_words=150)]
     vocabulary = list(itertools.chain.from_iterable(token_lists[:30]))
     js, supers, megas = [], [], []
@@ -254,6 +254,21 @@ def test_similar_pairs_equals_brute_force_on_clustered_data(mode: str, threshold
     assert np.allclose(sim, [expected[p] for p in sorted(expected)])
     if threshold > 0:
         assert len(expected) > 0
+
+
+@pytest.mark.parametrize("mode", ["resemblance", "containment"])
+@pytest.mark.parametrize("size", [8, 30, 64, 65])
+def test_small_windows_compared_directly_give_the_same_pairs(mode: str, size: int) -> None:
+    """Both strategies (direct all-pairs up to DIRECT_LIMIT rows, per-slot sorts above) agree."""
+    from fingerprint import similarity
+
+    signatures, counts = clustered_signatures(size, np.random.default_rng(size))
+    direct = similarity._all_pairs(signatures, np.flatnonzero(counts > 0), 1)
+    sorted_ = similarity._pairs_sharing_slots(signatures, np.flatnonzero(counts > 0), 1, K)
+    as_dict = lambda r: {(int(a), int(b)): float(s) for a, b, s in zip(*r)}  # noqa: E731
+    assert as_dict(direct) == as_dict(sorted_)
+    i, j, sim = similar_pairs(signatures, counts, 0.5, mode)
+    assert list(zip(i.tolist(), j.tolist())) == sorted(brute_force(signatures, counts, 0.5, mode))
 
 
 def test_similar_pairs_on_random_signatures_finds_nothing_and_handles_edge_cases() -> None:

@@ -258,10 +258,11 @@ def test_threshold_and_mode_controls(proxy: ProxyThread, family_index: FamilyInd
 
 # -- client-visible fields are exactly Elasticsearch's ----------------------------------------
 def strip_ours(hit: dict) -> dict:
-    """The hit without what the proxy adds: fields["neardup.group"] and inner_hits["neardup"]."""
+    """The hit without what the proxy adds: fields["neardup.group"] (kept hits),
+    fields["neardup.similarity"] (collapsed hits) and inner_hits["neardup"]."""
     hit = dict(hit)
-    for key, ours in (("fields", "neardup.group"), ("inner_hits", "neardup")):
-        rest = {name: value for name, value in hit.get(key, {}).items() if name != ours}
+    for key, ours in (("fields", ("neardup.group", "neardup.similarity")), ("inner_hits", ("neardup",))):
+        rest = {name: value for name, value in hit.get(key, {}).items() if name not in ours}
         hit.pop(key, None)
         if rest:
             hit[key] = rest

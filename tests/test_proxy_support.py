@@ -107,9 +107,6 @@ class ProxyThread:
 
 def mapping() -> dict[str, Any]:
     fragment = es_mapping()
-    # es_mapping() of the fingerprint package sets "index": false on the binary "sig" field,
-    # which Elasticsearch 8.19 rejects (binary fields are never indexed); drop it here.
-    fragment["properties"]["neardup"]["properties"]["sig"].pop("index", None)
     return {"properties": {**fragment["properties"], "title": {"type": "text"},
                            "body": {"type": "text"}, "rank": {"type": "integer"},
                            "topics": {"type": "keyword"}, "family": {"type": "keyword"}}}

@@ -265,6 +265,20 @@ def test_statistics_round_trip_through_bytes(stats):
         CorpusStats.from_bytes(b"junk")
 
 
+def test_statistics_split_into_parts_and_join_back(stats):
+    parts = stats.partition(4)
+    assert len(parts) == 16
+    assert sum(len(p) for p in parts) == len(stats)
+    assert all(p.doc_count == stats.doc_count for p in parts)
+    assert all(np.all(p.terms >> np.uint64(60) == k) for k, p in enumerate(parts))
+    assert CorpusStats.join(parts[::-1]) == stats
+    assert CorpusStats.join(stats.partition(0)) == stats
+    with pytest.raises(ValueError, match="overlap"):
+        CorpusStats.join([stats, stats])
+    with pytest.raises(ValueError, match="document counts"):
+        CorpusStats.join([parts[0], CorpusStats.empty()])
+
+
 def test_term_counts_count_each_distinct_term(fp):
     tokens = ["а", "б", "а", "в", "а"]
     c = term_counts(tokens, fp.params.seed)

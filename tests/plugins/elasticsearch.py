@@ -11,6 +11,10 @@ Fixtures (session scoped):
   test asks for it; or ``$NEARDUP_TEST_SECURE_ES_URL`` with credentials in the URL
   (``http://user:password@host:port``) or in ``$NEARDUP_TEST_SECURE_ES_USER`` /
   ``$NEARDUP_TEST_SECURE_ES_PASSWORD``.
+* ``tls_es`` (:class:`EsEndpoint`): a node with security on, basic authentication and HTTPS
+  (``scripts/es start --security tls``); ``ca_certs`` is the CA file that signed its certificate.
+  Or ``$NEARDUP_TEST_TLS_ES_URL`` (``https://user:password@host:port``) with
+  ``$NEARDUP_TEST_TLS_ES_CA``.
 
 If a node cannot be started or reached, the tests that need it ERROR with the reason;
 they are never skipped. Tests using these fixtures get the ``es`` marker automatically.
@@ -38,11 +42,13 @@ ENV_SECURE_URL = "NEARDUP_TEST_SECURE_ES_URL"
 ENV_SECURE_USER = "NEARDUP_TEST_SECURE_ES_USER"
 ENV_SECURE_PASSWORD = "NEARDUP_TEST_SECURE_ES_PASSWORD"
 ENV_HEAP = "NEARDUP_TEST_ES_HEAP"
+ENV_TLS_URL = "NEARDUP_TEST_TLS_ES_URL"
+ENV_TLS_CA = "NEARDUP_TEST_TLS_ES_CA"
 
 #: Seconds for ``scripts/es start``: the first run on a machine downloads the server.
 START_TIMEOUT = 900
 REACHABLE_TIMEOUT = 60
-ES_FIXTURES = frozenset({"es_url", "es", "secure_es"})
+ES_FIXTURES = frozenset({"es_url", "es", "secure_es", "tls_es"})
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,7 @@ class EsEndpoint:
     url: str
     username: str = ""
     password: str = ""
+    ca_certs: str = ""    # CA bundle of an https node
 
     @classmethod
     def from_url(cls, url: str, username: str = "", password: str = "") -> "EsEndpoint":
@@ -70,6 +77,8 @@ class EsEndpoint:
         options.setdefault("request_timeout", 60)
         if self.basic_auth:
             options.setdefault("basic_auth", self.basic_auth)
+        if self.ca_certs:
+            options.setdefault("ca_certs", self.ca_certs)
         return Elasticsearch(self.url, **options)
 
 
@@ -104,7 +113,8 @@ class StartedNode:
                         f"scripts/es (exit {result.returncode}):\n{result.stderr[-4000:]}",
                         pytrace=False)
         status = _status(self.home)
-        self.endpoint = EsEndpoint(status["url"], status.get("user", ""), status.get("password", ""))
+        self.endpoint = EsEndpoint(status["url"], status.get("user", ""), status.get("password", ""),
+                                   status.get("ca", ""))
 
     def stop(self) -> None:
         _run_es_script("stop", "--home", str(self.home), "--purge", timeout=120)
@@ -175,6 +185,21 @@ def secure_es() -> Iterator[EsEndpoint]:
             pytest.fail(f"${ENV_SECURE_URL} is set but no credentials: put them in the URL or "
                         f"set ${ENV_SECURE_USER} and ${ENV_SECURE_PASSWORD}", pytrace=False)
     yield from _started_or_given("secure", "basic", endpoint, f"${ENV_SECURE_URL}")
+
+
+@pytest.fixture(scope="session")
+def tls_es() -> Iterator[EsEndpoint]:
+    """A node with security on, basic authentication and HTTPS; ``ca_certs`` is its CA file."""
+    given = os.environ.get(ENV_TLS_URL, "").strip()
+    endpoint = None
+    if given:
+        ca = os.environ.get(ENV_TLS_CA, "").strip()
+        endpoint = EsEndpoint.from_url(given)
+        if not endpoint.username or not ca:
+            pytest.fail(f"${ENV_TLS_URL} needs credentials in the URL and ${ENV_TLS_CA} the CA file",
+                        pytrace=False)
+        endpoint = EsEndpoint(endpoint.url, endpoint.username, endpoint.password, ca)
+    yield from _started_or_given("tls", "tls", endpoint, f"${ENV_TLS_URL}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
