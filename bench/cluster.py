@@ -544,16 +544,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--report-dir", type=Path, default=Path(tempfile.gettempdir()),
                         help="where the HTML reports of all-Reuters runs go")
     parser.add_argument("--results", type=Path, help="write the section into this RESULTS.md")
+    parser.add_argument("--save", type=Path, help="also save the measurements as JSON")
+    parser.add_argument("--load", type=Path, nargs="+", default=[],
+                        help="render measurements saved by earlier runs (e.g. the two parts run apart)")
     args = parser.parse_args(argv)
     sizes = [None if s == "all" else int(s) for s in args.sizes]
-    reuters = synthetic = None
-    if not args.skip_reuters:
-        es = Elasticsearch(args.es_url, request_timeout=300)
-        reuters = reuters_part(es, args.es_url, args.thresholds, sizes, args.report_dir)
-    if args.synthetic:
-        synthetic = synthetic_part(args.synthetic, args.thresholds[0], args.seed, args.cache)
-    command = ".venv/bin/python bench/cluster.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    section = render(reuters, synthetic, command.strip())
+    parts: dict[str, Any] = {"reuters": None, "synthetic": None, "commands": []}
+    for saved in args.load:
+        loaded = json.loads(saved.read_text(encoding="utf-8"))
+        for key in ("reuters", "synthetic"):
+            parts[key] = loaded.get(key) or parts[key]
+        parts["commands"] += loaded.get("commands", [])
+    if not args.load:
+        if not args.skip_reuters:
+            es = Elasticsearch(args.es_url, request_timeout=300)
+            parts["reuters"] = reuters_part(es, args.es_url, args.thresholds, sizes, args.report_dir)
+        if args.synthetic:
+            parts["synthetic"] = synthetic_part(args.synthetic, args.thresholds[0], args.seed, args.cache)
+        parts["commands"].append(".venv/bin/python bench/cluster.py "
+                                 + " ".join(a for a in (argv if argv is not None else sys.argv[1:])))
+    if args.save:
+        args.save.write_text(json.dumps(parts, default=str), encoding="utf-8")
+    section = render(parts["reuters"], parts["synthetic"], "\n".join(parts["commands"]))
     print(section)
     if args.results:
         write_section(args.results, section)

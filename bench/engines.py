@@ -55,8 +55,8 @@ SIMHASH_BITS = (64, 256, 1024)
 FULL_K = 4096
 SPECIFIC_KEYWORD_MAX = 100
 SAME_STORY = 0.5
-#: A shingle in more than this many articles is boilerplate for the copied-fragment screen.
-BOILERPLATE_DOCS = 10
+#: Limits D tried for "a shingle in more than D articles is boilerplate" in the copied-fragment screen.
+BOILERPLATE_DOCS = (10, 30, 100)
 
 
 def fmt(x: float, digits: int = 3) -> str:
@@ -565,22 +565,28 @@ def bloom_section(corpus: Corpus, fp, plants_per_share: int, seed: int, min_shar
                    fmt(planted_found[share]), fmt(at_share[share])] for share in (0.05, 0.10, 0.50)])
     natural = len(verified) - sum((s, h) in verified for s, h, _ in plants)
     out.append("")
-    # 5. the same without boilerplate: shingles found in more than BOILERPLATE_DOCS articles
-    common = frequent_shingles(shingles, BOILERPLATE_DOCS)
-    content = [s[~np.isin(s, common)] for s in shingles]
-    _, kept, kept_checked, kept_times = screen(content, params, min_share)
-    kept_natural = len(kept) - sum((s, h) in kept for s, h, _ in plants)
-    kept_planted = np.mean([(s, h) in kept for s, h, _ in plants])
-    log(f"  without boilerplate: {sum(kept_times):.1f} s")
+    # 5. the same without boilerplate: shingles found in more than D articles
     out.append(f"Besides the plants, {natural:,} ordered pairs of articles hold ≥ {min_share} of each other's "
-               f"shingles in the corpus itself. {len(common):,} shingles (of "
-               f"{len(np.unique(np.concatenate(shingles))):,}) occur in more than {BOILERPLATE_DOCS} articles "
+               "shingles in the corpus itself. Most of them share only shingles that occur in many articles "
                "(embedded analytics, video-player and ad scripts, tweet embeds, stock phrases such as "
-               "\"президент США Дональд Трамп\"); with those left out of the filter and the queries "
-               f"(`fingerprint.bloom.frequent_shingles`), {kept_natural:,} pairs remain "
-               f"({1 - kept_natural / max(1, natural):.1%} fewer); planted fragments found: {fmt(float(kept_planted))} "
-               "(a fragment that includes such shingles can fall below the share without them); "
-               f"{kept_checked / len(shingles):.1f} candidates a query, screen {sum(kept_times):.1f} s.")
+               "\"президент США Дональд Трамп\"). Leaving the shingles found in more than D articles out of the "
+               "filter and the queries (`fingerprint.bloom.frequent_shingles`):")
+    out.append("")
+    rows = []
+    for limit in BOILERPLATE_DOCS:
+        common = frequent_shingles(shingles, limit)
+        content = [s[~np.isin(s, common)] for s in shingles]
+        _, kept, kept_checked, kept_times = screen(content, params, min_share)
+        kept_natural = len(kept) - sum((s, h) in kept for s, h, _ in plants)
+        found = {share: np.mean([(s, h) in kept for s, h, sh in plants if sh == share]) for share in (0.05, 0.10, 0.50)}
+        log(f"  shingles in > {limit} articles left out: {sum(kept_times):.1f} s")
+        rows.append([f"{limit}", f"{len(common):,}", f"{kept_natural:,} ({1 - kept_natural / max(1, natural):.1%} fewer)",
+                     " / ".join(fmt(float(found[share]), 2) for share in (0.05, 0.10, 0.50)),
+                     f"{kept_checked / len(shingles):.1f}", f"{sum(kept_times):.1f}"])
+    out += table(["D", "shingles left out", "pairs besides the plants", "plants found (5 / 10 / 50 %)",
+                  "candidates a query", "screen seconds"], rows)
+    out.append("")
+    out.append("(A planted fragment that includes such shingles can fall below its share without them.)")
     return out
 
 

@@ -7,6 +7,11 @@ picks a collapse threshold.
 
 ``--raw`` skips canonicalisation beyond case-folding and tokenising, and compares the
 unhashed shingle strings (estimates still come from fingerprints of the raw tokens).
+
+``--measure tfidf`` prints TF-IDF cosine over lemmas instead (:mod:`fingerprint.tfidf`):
+exact, with the full vectors, and as stored, with the top-k quantised vectors the index keeps.
+The corpus statistics are those of the compared files themselves; ``--synonyms FILE`` maps
+synonym groups to one term first.
 """
 
 from __future__ import annotations
@@ -45,6 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--language", choices=["auto", "ru", "en", "none"],
                         help="language of the files (default: fingerprint.language)")
     parser.add_argument("--json", action="store_true", help="print one JSON object with the four matrices")
+    parser.add_argument("--measure", choices=["shingles", "tfidf"], default="shingles",
+                        help="shingles: resemblance and containment (default); tfidf: TF-IDF cosine over lemmas, "
+                        "exact and as stored (statistics of the given files)")
+    parser.add_argument("--synonyms", metavar="FILE", help="with --measure tfidf: a synonym list (one group a line)")
+    parser.add_argument("--top-k", type=int, metavar="K", help="with --measure tfidf: terms kept in a stored vector "
+                        "(default 64)")
     parser.set_defaults(handler=run)
 
 
@@ -86,6 +97,27 @@ def similarity_matrices(texts: list[str], params: FingerprintParams, raw: bool =
     }
 
 
+def cosine_matrices(texts: list[str], params: FingerprintParams, synonyms_text: str | None = None,
+                    top_k: int | None = None) -> dict[str, list[list[float]]]:
+    """``cosine`` (full TF-IDF vectors) and ``stored_cosine`` (top-k, 16-bit weights) N×N matrices,
+    under the statistics of these texts. ValueError for a bad synonym list or top-k."""
+    from fingerprint.tfidf import CorpusStats, TfidfParams, TfidfWeigher, cosine, weigh
+
+    fp = Fingerprinter(params)
+    tfidf = TfidfParams() if top_k is None else TfidfParams(top_k=top_k)
+    weigher = (TfidfWeigher.with_synonym_text(fp, tfidf, synonyms_text) if synonyms_text is not None
+               else TfidfWeigher(fp, tfidf))
+    counts = [weigher.counts(text) for text in texts]
+    stats = CorpusStats.of(c.terms for c in counts)
+    full = [weigh(c, stats, TfidfParams(top_k=4096), weigher.version) for c in counts]
+    stored = [weigher.vector(c, stats) for c in counts]
+
+    def matrix(vectors: list[Any]) -> list[list[float]]:
+        return [[round(cosine(a, b), 6) for b in vectors] for a in vectors]
+
+    return {"cosine": matrix(full), "stored_cosine": matrix(stored)}
+
+
 def _raw_shingles(tokens: list[str], size: int) -> set[tuple[str, ...]]:
     """Unhashed shingles; a text shorter than ``size`` tokens is one shingle of all of them."""
     if len(tokens) < size:
@@ -121,11 +153,41 @@ def run(args: argparse.Namespace, config: Any) -> int:
         option = "--shingle: " if isinstance(exc, ValueError) else ""
         print(f"neardup compare: {option}{exc}", file=sys.stderr)
         return 2
+    if args.measure == "tfidf":
+        return _run_tfidf(args, params, texts)
     result = similarity_matrices(texts, params, raw=args.raw)
     if args.json:
         print(json.dumps({"files": list(args.files), **result}, ensure_ascii=False))
     else:
         print(_table(list(args.files), result))
+    return 0
+
+
+def _run_tfidf(args: argparse.Namespace, params: FingerprintParams, texts: list[str]) -> int:
+    from fingerprint.tfidf import SynonymFormatError
+
+    try:
+        synonyms = read_text(args.synonyms) if args.synonyms else None
+        result = cosine_matrices(texts, params, synonyms, args.top_k)
+    except (InputError, SynonymFormatError) as exc:
+        print(f"neardup compare: {args.synonyms}: {exc}" if isinstance(exc, SynonymFormatError)
+              else f"neardup compare: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"neardup compare: --top-k: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"files": list(args.files), "measure": "tfidf", **result}, ensure_ascii=False))
+        return 0
+    files = list(args.files)
+    width = max(len(f) for f in files)
+    lines = [f"{'file A':<{width}}  {'file B':<{width}}  {'TF-IDF cosine':>17}",
+             f"{'':<{width}}  {'':<{width}}  {'exact (stored)':>17}"]
+    for i in range(len(files)):
+        for j in range(i + 1, len(files)):
+            cell = f"{result['cosine'][i][j]:.3f} ({result['stored_cosine'][i][j]:.3f})"
+            lines.append(f"{files[i]:<{width}}  {files[j]:<{width}}  {cell:>17}")
+    print("\n".join(lines))
     return 0
 
 

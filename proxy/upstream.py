@@ -136,7 +136,7 @@ class Upstream:
 
     def _mark_down(self, url: str) -> None:
         failures = self._down.get(url, (0, 0.0))[0] + 1
-        self._down[url] = (failures, time.monotonic() + min(30.0, 0.5 * 2 ** (failures - 1)))
+        self._down[url] = (failures, time.monotonic() + min(30.0, 0.5 * 2 ** min(failures - 1, 6)))
 
     async def read(self, response: aiohttp.ClientResponse) -> bytes:
         """The whole body of a response, with timeouts and broken connections mapped to 504/502."""

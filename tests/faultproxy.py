@@ -310,3 +310,23 @@ def closed_port_url() -> str:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def es_like_response(received: Received) -> bytes:
+    """A plausible Elasticsearch answer to ``received``: a search result for ``_search``, one per
+    search for ``_msearch``, ``{"acknowledged": true}`` for anything else (for header tests)."""
+    import json
+
+    path = received.request_line.split(" ")[1].split("?")[0]
+    hits = [{"_index": "i", "_id": str(k), "_score": 1.0 - k / 10, "_source": {"title": f"t{k}"}}
+            for k in range(3)]
+    result = {"took": 1, "timed_out": False, "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
+              "hits": {"total": {"value": len(hits), "relation": "eq"}, "max_score": 1.0, "hits": hits}}
+    if path.endswith("/_msearch"):
+        searches = len([line for line in received.body.split(b"\n") if line.strip()]) // 2
+        value: object = {"took": 1, "responses": [{**result, "status": 200} for _ in range(searches)]}
+    elif path.endswith("/_search"):
+        value = result
+    else:
+        value = {"acknowledged": True}
+    return http_response(200, json.dumps(value).encode())

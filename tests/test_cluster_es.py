@@ -324,3 +324,40 @@ def test_report_renders_in_headless_chromium(es, es_url, reuters_index, reuters_
         assert run.returncode == 0 and shot.stat().st_size > 10_000
     finally:
         es.options(ignore_status=404).indices.delete(index=name)
+
+
+# --- native collapse on the clusters (the proxy's push-down, proxy/pushdown.py) ------------------------
+
+def test_pushdown_pages_give_the_groups_the_cluster_ids_say(es, clustered):
+    from proxy.pushdown import clusters_match, missing_clusters_query, pushdown_body, pushdown_response
+
+    index, _ = clustered
+    metas = {name: value["mappings"].get("_meta") for name, value in es.indices.get_mapping(index=index).items()}
+    assert clusters_match(metas, THRESHOLD, "resemblance", VERSION)
+    assert not clusters_match(metas, 0.85, "resemblance", VERSION)
+    assert es.count(index=index, query=missing_clusters_query())["count"] == 0
+    clusters = {k: d["cluster"] for k, d in documents(es, index).items()}
+    query = {"match": {"body": "oil prices"}}
+    expected_groups = es.search(index=index, size=0, query=query, aggs={"g": {"terms": {
+        "field": "neardup.cluster", "size": 10000}}})["aggregations"]["g"]["buckets"]
+    matching = {b["key"]: b["doc_count"] for b in expected_groups}
+    seen: set[str] = set()
+    for page in range(20):
+        body = {"query": query, "_source": ["title"]}
+        answer = es.search(index=index, **pushdown_body(body, page * 10, 10, inner_size=5)).body
+        response = pushdown_response(answer, body, THRESHOLD, "resemblance")
+        hits = response["hits"]["hits"]
+        assert len(hits) == 10
+        summary = response["neardup"]
+        assert summary["pushdown"] and summary["groups_total"] == len(matching)
+        assert "aggregations" not in response
+        for hit in hits:
+            group = hit["fields"]["neardup.group"][0]
+            assert "neardup.cluster" not in hit["fields"]
+            assert clusters[hit["_id"]] == group and group not in seen
+            seen.add(group)
+            inner = hit["inner_hits"]["neardup"]["hits"]
+            assert inner["total"]["value"] == matching[group] - 1
+            assert all(clusters[m["_id"]] == group and m["_id"] != hit["_id"] for m in inner["hits"])
+            assert len(inner["hits"]) == min(5, matching[group] - 1)
+    assert len(seen) == 200

@@ -42,7 +42,7 @@ from tests.test_proxy_support import ProxyThread, make_config
 
 pytestmark = [pytest.mark.es, pytest.mark.slow, pytest.mark.timeout(900)]
 
-DOCS = 8000
+DOCS = 5000
 TIMEOUT = 10.0           # upstream.request_timeout of the proxy
 CONNECT_TIMEOUT = 2.0
 SLACK = 10.0             # a loaded machine's allowance before a request counts as hung
@@ -150,7 +150,7 @@ def outage(reuters_docs: list[dict[str, Any]], fingerprinter: Fingerprinter) -> 
                                          "--security", "off", "--heap", "512m", timeout=600)
                 assert started.returncode == 0, started.stderr
                 scenario.up_at = time.monotonic()
-                time.sleep(RECOVERY_GRACE + 8.0)
+                time.sleep(RECOVERY_GRACE + 5.0)
             finally:
                 stop.set()
                 for thread in clients:
