@@ -321,7 +321,9 @@ def all_reuters_extras(es: Elasticsearch, es_url: str, index: str, threshold: fl
     # the aggregate strategy on a copy with no cluster values yet, and on the clustered index
     copy = f"{index}-aggregate"
     es.options(ignore_status=404).indices.delete(index=copy)
-    es.indices.create(index=copy, settings={"number_of_shards": 2, "number_of_replicas": 0})
+    mappings = es.indices.get_mapping(index=index)[index]["mappings"]
+    mappings.pop("_meta", None)
+    es.indices.create(index=copy, settings={"number_of_shards": 2, "number_of_replicas": 0}, mappings=mappings)
     actions = ({"_index": copy, "_id": hit["_id"], "_source": {k: v for k, v in hit["_source"].items()}}
                for hit in helpers.scan(es, index=index, query={"query": {"match_all": {}}}, size=2000))
 

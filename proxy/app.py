@@ -38,6 +38,25 @@ from proxy.upstream import Upstream
 log = logging.getLogger("neardup.proxy")
 access_log = logging.getLogger("neardup.proxy.access")
 
+
+class QuietMalformedRequests(logging.Filter):
+    """aiohttp answers a request that is not valid HTTP with 400 itself and logs it at ERROR with
+    a stack trace and the offending bytes (which may be a credential header). A client's bad bytes
+    are not the proxy's failure: this turns the record into one WARNING line naming the problem,
+    without the bytes and without the trace."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, aiohttp.http_exceptions.HttpProcessingError):
+            problem = str(exc.message).splitlines()[0].rstrip(": ") if exc.message else "malformed"
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg, record.args = "malformed HTTP request answered with %s: %s", (exc.code, problem)
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+_QUIET = QuietMalformedRequests()
+
 #: Request bodies up to this size are read at once (and can be retried on another node);
 #: larger ones are streamed to the upstream as they arrive.
 BUFFERED_BODY_BYTES = 1024 * 1024
@@ -253,6 +272,7 @@ def create_app(config: Config, algorithms: Algorithms | None = None,
     state = ProxyState(config=config, upstream=Upstream(config.upstream), metrics=Metrics(metrics_dir),
                        algorithms=algorithms or default_algorithms(config.fingerprint))
     app = web.Application(middlewares=[observe], client_max_size=config.proxy.max_body_bytes)
+    logging.getLogger("aiohttp.server").addFilter(_QUIET)   # once: the same filter object
     app[STATE] = state
     ops_elsewhere = bool(config.proxy.ops_address)   # then create_ops_app serves them
     app.router.add_get("/_neardup/health", ops_moved if ops_elsewhere else health, allow_head=True)

@@ -82,6 +82,9 @@ def group(hits: Sequence[Any], channel: Channel, threshold: float, mode: Mode,
     for position, hit in enumerate(hits):
         if not isinstance(hit, dict):
             raise CollapseError(f"hit {position} is not an object")
+        for key in ("fields", "inner_hits"):   # the proxy adds to these: they must be objects
+            if key in hit and not isinstance(hit[key], dict):
+                raise CollapseError(f"hit {position} has a {key} that is not an object")
         stored.append(stored_fingerprint(hit, channel))
     n = len(hits)
     labels = np.arange(n, dtype=np.int64)

@@ -1,8 +1,13 @@
-"""JSON in and out: orjson when it can, the standard library when orjson refuses.
+"""JSON in and out: orjson when it can, the standard library when orjson refuses or would be wrong.
 
-orjson rejects a few things Elasticsearch may legally send (integers beyond 64 bits, escaped lone
-surrogates); the standard library reads and writes those, so nothing fails only for speed's sake.
-Both keep object key order, and both write compact JSON like Elasticsearch does.
+orjson rejects a few things Elasticsearch may legally send (escaped lone surrogates) and reads
+integers beyond 64 bits as floats, which would change a document's ``_source`` on its way
+through (``123456789012345678901234567890`` → ``1.2345678901234568e+29``). Text holding a run of
+20 or more digits is therefore read by the standard library, which keeps such integers exact
+(a quick byte scan decides; a false alarm only costs speed). Neither reader accepts what is not
+JSON (``NaN``, ``Infinity``, numbers that overflow to infinity), so a broken upstream response is
+never turned into a valid-looking one. Both keep object key order, and both write compact JSON
+like Elasticsearch does.
 """
 
 from __future__ import annotations
@@ -13,16 +18,43 @@ from typing import Any
 import orjson
 
 
+#: Maps every digit to "0" and every other byte to " ": a run of 20 digits becomes ``_LONG_RUN``.
+_DIGIT_MAP = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_RUN = b"0" * 20
+
+
+def _may_hold_long_integer(data: bytes | str) -> bool:
+    raw = data if isinstance(data, (bytes, bytearray)) else data.encode("utf-8", "surrogatepass")
+    return _LONG_RUN in raw.translate(_DIGIT_MAP)
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text[:30]} is out of range")
+    return value
+
+
+def _stdlib_loads(data: bytes | str, **hooks: Any) -> Any:
+    try:
+        return json.loads(data, parse_constant=_not_json, parse_float=_finite, **hooks)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
 def loads(data: bytes | str) -> Any:
     """Parse JSON; raises ``ValueError`` if it is not JSON (or nested deeper than either
     parser allows: orjson stops at 1024 levels, the standard library at the recursion limit)."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
+    if not _may_hold_long_integer(data):
         try:
-            return json.loads(data)
-        except RecursionError:
-            raise ValueError("JSON nested too deeply") from None
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return _stdlib_loads(data)
 
 
 def dumps(value: Any, pretty: bool = False) -> bytes:
@@ -33,3 +65,26 @@ def dumps(value: Any, pretty: bool = False) -> bytes:
         text = json.dumps(value, indent=2 if pretty else None,
                           separators=None if pretty else (",", ":"))
         return text.encode("ascii")
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        names = [key for key, _ in pairs]
+        duplicate = next(key for position, key in enumerate(names) if key in names[:position])
+        raise _DuplicateKey(f"duplicate field [{duplicate}]")
+    return value
+
+
+def loads_request(data: bytes | str) -> Any:
+    """Parse a client's JSON the way Elasticsearch does: a key given twice in one object is an
+    error (``{"size": 2, "size": 3}`` is refused by Elasticsearch, so the proxy must not pick
+    one of the values and answer as if the body were valid). Raises ``ValueError``."""
+    value = loads(data)
+    if isinstance(value, (dict, list)):
+        _stdlib_loads(data, object_pairs_hook=_unique_pairs)
+    return value

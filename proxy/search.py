@@ -24,6 +24,7 @@ The fingerprints come back through one of two *channels*:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -76,13 +77,19 @@ class Plan:
         return min(need + max(SPARE_MIN, -(-need * SPARE_PERCENT // 100)), self.max_window)
 
 
+_JAVA_INT = range(-2**31, 2**31)
+_ASCII_INT = re.compile(r"-?[0-9]+")
+
+
 def _int_param(value: Any) -> int | None:
+    """``from``/``size`` as Elasticsearch reads them (a Java int, from a number or ASCII digits);
+    None for anything it would refuse, so that Elasticsearch answers the request itself."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
+    if isinstance(value, str) and _ASCII_INT.fullmatch(value):
+        value = int(value)
+    if isinstance(value, int) and value in _JAVA_INT:
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
     return None
 
 
@@ -181,13 +188,21 @@ def round_request(plan: Plan, offset: int, count: int) -> tuple[str, dict[str, A
 
 @dataclass
 class Window:
-    """The hits fetched so far for one plan, and the first round's response."""
+    """The hits fetched so far for one plan, and the first round's response.
+
+    A document the index moved between two rounds (a write and a refresh in between shift the
+    ranks) can come back in both; it is kept once, where it came first (same ``_index``, ``_id``
+    and ``_routing``), so a page never shows one document twice. A round that brings nothing new
+    ends the window.
+    """
 
     plan: Plan
     first: dict[str, Any] | None = None
     hits: list[Any] = field(default_factory=list)
     took: int = 0
     exhausted: bool = False
+    fetched: int = 0        # hits received from the upstream so far: the next round's offset
+    _seen: set[tuple[Any, ...]] = field(default_factory=set, repr=False)
 
     def add_round(self, response: Any, requested: int) -> None:
         """Append one round's hits; raises :class:`collapse.CollapseError` on a strange shape."""
@@ -201,15 +216,34 @@ class Window:
             self.first = response
         took = response.get("took")
         self.took += took if isinstance(took, int) else 0
-        self.hits.extend(page)
-        self.exhausted = len(page) < requested
+        self.fetched += len(page)
+        new = 0
+        for hit in page:
+            key = _identity(hit)
+            if key is not None:
+                if key in self._seen:
+                    continue
+                self._seen.add(key)
+            self.hits.append(hit)
+            new += 1
+        self.exhausted = len(page) < requested or new == 0
 
     def next_round(self, groups: int) -> tuple[int, int] | None:
         """(offset, count) of the next round, or None when the window is final."""
-        fetched = len(self.hits)
+        fetched = self.fetched
         if groups >= self.plan.wanted_groups or self.exhausted or fetched >= self.plan.max_window:
             return None
         return fetched, min(fetched, self.plan.max_window - fetched)
+
+
+def _identity(hit: Any) -> tuple[Any, ...] | None:
+    """(``_index``, ``_id``, ``_routing``) of a hit that has an id, else None."""
+    if not isinstance(hit, dict):
+        return None
+    key = (hit.get("_index"), hit.get("_id"), hit.get("_routing"))
+    if isinstance(key[1], str) and all(part is None or isinstance(part, str) for part in key):
+        return key
+    return None
 
 
 def finish(window: Window, groups: list[list[int]], fingerprinted: int) -> dict[str, Any]:

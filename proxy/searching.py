@@ -178,7 +178,7 @@ def _parse_search_body(body: bytes, params: list[tuple[str, str, str]]) -> dict[
     text = body if body.strip() else next((v.encode() for n, v, _ in params if n == "source"), b"")
     if not text.strip():
         return {}
-    value = jsonio.loads(text)
+    value = jsonio.loads_request(text)
     if not isinstance(value, dict):
         raise ValueError("search body is not an object")
     return value
@@ -271,16 +271,17 @@ async def msearch(state: "ProxyState", request: web.Request, raw_path: str, quer
 
 def _parse_msearch(body: bytes, params: list[tuple[str, str, str]], controls: Controls,
                    state: "ProxyState", path_index: str) -> list[Item]:
+    if not body.endswith(b"\n"):
+        raise ValueError("not terminated by a newline")  # Elasticsearch refuses it
     lines = body.split(b"\n")
-    if lines and not lines[-1].strip():
-        lines.pop()
+    lines.pop()
     if len(lines) % 2:
         raise ValueError("odd number of lines")
     item_params = [p for p in params if p[0] in _MSEARCH_ITEM_PARAMS]
     items = []
     for k in range(0, len(lines), 2):
-        header = jsonio.loads(lines[k]) if lines[k].strip() else {}
-        search_body = jsonio.loads(lines[k + 1]) if lines[k + 1].strip() else {}
+        header = jsonio.loads_request(lines[k]) if lines[k].strip() else {}
+        search_body = jsonio.loads_request(lines[k + 1])   # an empty line is refused upstream
         if not isinstance(header, dict) or not isinstance(search_body, dict):
             raise ValueError("msearch line is not an object")
         index = header.get("index", path_index)

@@ -29,58 +29,51 @@ if TYPE_CHECKING:
 
 SIMILARITY_FIELD = "neardup.similarity"
 
-#: ``estimator(kept signature (K,), collapsed signatures (M, K), kept count, collapsed counts (M,))``
-#: → similarities (M,).
-Estimator = Callable[[np.ndarray, np.ndarray, int, np.ndarray], np.ndarray]
+#: ``estimator(signatures A (M, K), signatures B (M, K), counts A (M,), counts B (M,))`` →
+#: the similarity of each row pair (M,).
+Estimator = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
-def _resemblance(kept: np.ndarray, others: np.ndarray, kept_count: int, counts: np.ndarray) -> np.ndarray:
-    equal = np.count_nonzero(others == kept[None, :], axis=1) / max(kept.shape[0], 1)
-    return np.where((counts > 0) & (kept_count > 0), equal, 0.0)
+def _resemblance(a: np.ndarray, b: np.ndarray, count_a: np.ndarray, count_b: np.ndarray) -> np.ndarray:
+    equal = np.count_nonzero(a == b, axis=1) / max(a.shape[1], 1)
+    return np.where((count_a > 0) & (count_b > 0), equal, 0.0)
 
 
-def _containment(kept: np.ndarray, others: np.ndarray, kept_count: int, counts: np.ndarray) -> np.ndarray:
-    j = _resemblance(kept, others, kept_count, counts)
-    kept_in_other = containment_from_resemblance(j, kept_count, counts)
-    other_in_kept = containment_from_resemblance(j, counts, kept_count)
-    return np.maximum(kept_in_other, other_in_kept)
+def _containment(a: np.ndarray, b: np.ndarray, count_a: np.ndarray, count_b: np.ndarray) -> np.ndarray:
+    j = _resemblance(a, b, count_a, count_b)
+    return np.maximum(containment_from_resemblance(j, count_a, count_b),
+                      containment_from_resemblance(j, count_b, count_a))
 
 
 ESTIMATORS: dict[str, Estimator] = {"resemblance": _resemblance, "containment": _containment}
 
 
-def similarities_to_kept(stored: Sequence[Any], mode: str, read: Reader) -> list[float | None]:
-    """Similarity of ``stored[1:]`` to ``stored[0]`` (stored fingerprint objects of one group,
-    kept hit first); ``None`` where either has no usable fingerprint or the mode has no estimator."""
-    estimator = ESTIMATORS.get(mode)
-    result: list[float | None] = [None] * (len(stored) - 1)
-    if estimator is None or len(stored) < 2:
-        return result
-    positions, signatures, counts = read(stored)
-    if len(positions) < 2 or positions[0] != 0:
-        return result
-    values = estimator(signatures[0], signatures[1:], int(counts[0]), counts[1:])
-    for position, value in zip(positions[1:].tolist(), np.asarray(values, dtype=np.float64).tolist()):
-        result[position - 1] = round(value, 4)
-    return result
-
-
 def annotate(hits: Sequence[dict[str, Any]], groups: Sequence[Sequence[int]], channel: Channel,
              mode: str, read: Reader) -> None:
-    """Put ``fields["neardup.similarity"]`` on every collapsed member of ``groups`` (in place).
-
-    Call it before the fingerprint fields the proxy added are stripped from the hits.
+    """Put ``fields["neardup.similarity"]`` on every collapsed member of ``groups`` (in place):
+    its similarity to the group's first (kept) hit. All fingerprints of the page are read in
+    one call and compared in one vectorised step. Call it before the fingerprint fields the
+    proxy added are stripped from the hits.
     """
-    for members in groups:
-        if len(members) < 2:
-            continue
-        values = similarities_to_kept([stored_fingerprint(hits[m], channel) for m in members], mode, read)
-        for position, value in zip(members[1:], values):
-            if value is None:
-                continue
-            hit = hits[position]
-            fields = hit.get("fields")
-            hit["fields"] = {**(fields if isinstance(fields, dict) else {}), SIMILARITY_FIELD: [value]}
+    estimator = ESTIMATORS.get(mode)
+    folded = [members for members in groups if len(members) > 1]
+    if estimator is None or not folded:
+        return
+    positions = [position for members in folded for position in members]
+    kept = np.repeat(np.cumsum([0] + [len(m) for m in folded[:-1]]), [len(m) for m in folded])
+    usable, signatures, counts = read([stored_fingerprint(hits[p], channel) for p in positions])
+    row = np.full(len(positions), -1, dtype=np.int64)
+    row[usable] = np.arange(len(usable))
+    entry = np.arange(len(positions))
+    chosen = np.flatnonzero((entry != kept) & (row >= 0) & (row[kept] >= 0))
+    if not chosen.size:
+        return
+    a, b = row[kept[chosen]], row[chosen]
+    values = np.asarray(estimator(signatures[a], signatures[b], counts[a], counts[b]), dtype=np.float64)
+    for k, value in zip(chosen.tolist(), values.tolist()):
+        hit = hits[positions[k]]
+        fields = hit.get("fields")
+        hit["fields"] = {**(fields if isinstance(fields, dict) else {}), SIMILARITY_FIELD: [round(value, 4)]}
 
 
 def annotate_page(window: "Window", groups: Sequence[Sequence[int]], read: Reader) -> None:

@@ -104,7 +104,7 @@ def es_error(body: bytes) -> tuple[str, str] | None:
     """``(type, reason)`` when ``body`` is an Elasticsearch error object, else None."""
     try:
         value = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(value, dict) or not isinstance(value.get("error"), dict):
         return None
@@ -117,6 +117,49 @@ def es_error(body: bytes) -> tuple[str, str] | None:
 def es_error_type(outcome: Outcome) -> str | None:
     found = es_error(outcome.body)
     return found[0] if found else None
+
+
+PROXY_FIELDS = ("neardup.group", "neardup.similarity")
+
+
+def _without_proxy_additions(hit: Any) -> str:
+    """A hit as the upstream sent it: the proxy's group key, similarity and ``inner_hits.neardup``
+    taken out (and ``fields`` / ``inner_hits`` dropped when that leaves them empty)."""
+    if not isinstance(hit, dict):
+        return json.dumps(hit, sort_keys=True)
+    hit = dict(hit)
+    for key, added in (("fields", PROXY_FIELDS), ("inner_hits", ("neardup",))):
+        if isinstance(hit.get(key), dict):
+            rest = {k: v for k, v in hit[key].items() if k not in added}
+            if rest:
+                hit[key] = rest
+            else:
+                del hit[key]
+    return json.dumps(hit, sort_keys=True)
+
+
+def assert_faithful_collapse(collapsed: Any, upstream: Any) -> None:
+    """``collapsed`` (a search response the proxy built) shows nothing the upstream search
+    response did not hold: the same metadata, and hits that are upstream hits, each once, the
+    kept ones in upstream order, the others under a kept one."""
+    assert isinstance(collapsed, dict) and isinstance(upstream, dict)
+    summary = collapsed["neardup"]
+    assert isinstance(summary, dict) and summary["groups"] == len(collapsed["hits"]["hits"])
+    for key, value in upstream.items():
+        if key not in ("took", "hits"):
+            assert collapsed[key] == value, key
+    assert {k: v for k, v in collapsed["hits"].items() if k != "hits"} == \
+        {k: v for k, v in upstream["hits"].items() if k != "hits"}
+    original = [_without_proxy_additions(h) for h in upstream["hits"]["hits"]]
+    remaining = list(original)
+    last_kept = -1
+    for kept in collapsed["hits"]["hits"]:
+        shown = _without_proxy_additions(kept)
+        position = original.index(shown)       # a kept hit is an upstream hit ...
+        assert position > last_kept or original.count(shown) > 1   # ... in upstream order
+        last_kept = position
+        for hit in [kept] + kept["inner_hits"]["neardup"]["hits"]["hits"]:
+            remaining.remove(_without_proxy_additions(hit))   # ValueError: invented or repeated
 
 
 class LogCapture(logging.Handler):

@@ -205,6 +205,39 @@ def test_with_an_ops_address_the_playground_and_its_searches_are_served_there(
 
 
 # -- the similarity of each collapsed hit to its kept hit -------------------------------------
+def test_annotate_puts_the_similarity_to_the_kept_hit_on_each_collapsed_hit_only() -> None:
+    from fingerprint import FingerprintParams, Fingerprinter
+    from proxy.fingerprints import default_algorithms
+    from proxy.similarity import annotate
+
+    params = FingerprintParams()
+    fingerprinter, read = Fingerprinter(params), default_algorithms(params).read
+    base = " ".join(f"word{k} said the company on monday" for k in range(40))
+    texts = [base, base + " and more words at the end of it", base.replace("word3 ", "other ")]
+    stored = [fingerprinter.fingerprint(t).to_source() for t in texts]
+
+    def hits() -> list[dict]:
+        return [{"_id": "kept", "_source": {"neardup": stored[0]}},
+                {"_id": "longer", "_source": {"neardup": stored[1]}, "fields": {"rank": [3]}},
+                {"_id": "none", "_source": {}},
+                {"_id": "alone", "_source": {"neardup": stored[2]}},
+                {"_id": "edited", "_source": {"neardup": stored[2]}}]
+
+    prints = [Fingerprint.from_source(s) for s in stored]
+    for mode in ("resemblance", "containment"):
+        page = hits()
+        annotate(page, [[0, 1, 2, 4], [3]], "_source", mode, read)
+        assert "fields" not in page[0] and "fields" not in page[2] and "fields" not in page[3]
+        for position, other in ((1, prints[1]), (4, prints[2])):
+            exact = estimated_resemblance(prints[0], other) if mode == "resemblance" else \
+                max(estimated_containment(prints[0], other), estimated_containment(other, prints[0]))
+            assert page[position]["fields"][SIMILARITY_FIELD] == [round(exact, 4)]
+        assert page[1]["fields"]["rank"] == [3]
+    page = hits()
+    annotate(page, [[0, 1, 2, 3, 4]], "_source", "some-later-mode", read)
+    assert page == hits(), "no number for a mode without an estimator"
+
+
 def expected_similarity(index: FamilyIndex, kept: str, other: str, mode: str) -> float:
     a = Fingerprint.from_source(index.docs[kept]["neardup"])
     b = Fingerprint.from_source(index.docs[other]["neardup"])
