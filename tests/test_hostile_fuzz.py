@@ -68,56 +68,63 @@ scalars = (st.none() | st.booleans() | st.integers(-2**70, 2**70)
            | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=10))
 json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
                            | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
+small_json = st.recursive(scalars, lambda inner: st.lists(inner, max_size=2)
+                          | st.dictionaries(st.text(max_size=4), inner, max_size=2), max_leaves=3)
+
+
+def rarely(draw: st.DrawFn, one_in: int) -> bool:
+    """True about once in ``one_in`` draws (hypothesis favours small integers, so 0 means no)."""
+    return draw(st.integers(0, one_in - 1)) == one_in - 1
 
 
 @st.composite
 def fingerprints(draw: st.DrawFn) -> Any:
     """A stored fingerprint: real, damaged (one key replaced), of another version, or anything."""
     real = dict(draw(st.sampled_from(REAL)))
-    kind = draw(st.sampled_from(["real", "real", "damaged", "foreign", "junk"]))
+    kind = draw(st.sampled_from(["real", "real", "real", "damaged", "foreign", "junk"]))
     if kind == "damaged":
-        real[draw(st.sampled_from(["v", "sig", "n", "super"]))] = draw(json_values)
+        real[draw(st.sampled_from(["v", "sig", "n", "super"]))] = draw(small_json)
     elif kind == "foreign":
         real["v"] = "0-other"
     elif kind == "junk":
-        return draw(json_values)
+        return draw(small_json)
     return real
 
 
 @st.composite
-def hits(draw: st.DrawFn, ids: st.SearchStrategy[Any] = st.text(max_size=4) | json_values) -> Any:
-    if draw(st.integers(0, 9)) == 0:
-        return draw(json_values)
+def hits(draw: st.DrawFn, ids: st.SearchStrategy[Any] = st.text(max_size=4) | small_json) -> Any:
+    if rarely(draw, 12):
+        return draw(small_json)
     hit: dict[str, Any] = {}
-    for key, value in (("_index", st.sampled_from(["i", "j"]) | json_values), ("_id", ids),
-                       ("_score", st.floats(allow_nan=False, allow_infinity=False) | json_values),
-                       ("_routing", st.text(max_size=3) | json_values), ("sort", json_values)):
+    for key, value in (("_index", st.sampled_from(["i", "j"]) | small_json), ("_id", ids),
+                       ("_score", st.floats(allow_nan=False, allow_infinity=False) | small_json),
+                       ("_routing", st.text(max_size=3) | small_json), ("sort", small_json)):
         if draw(st.booleans()):
             hit[key] = draw(value)
-    source = draw(st.sampled_from(["fingerprint", "plain", "junk", "none"]))
+    source = draw(st.sampled_from(["fingerprint", "fingerprint", "plain", "junk", "none"]))
     if source == "fingerprint":
         hit["_source"] = {"title": draw(st.text(max_size=8)), "neardup": draw(fingerprints())}
     elif source == "plain":
-        hit["_source"] = draw(st.dictionaries(st.text(max_size=6), json_values, max_size=3))
+        hit["_source"] = draw(st.dictionaries(st.text(max_size=6), small_json, max_size=3))
     elif source == "junk":
-        hit["_source"] = draw(json_values)
+        hit["_source"] = draw(small_json)
     if draw(st.booleans()):
         stored = draw(fingerprints())
-        if isinstance(stored, dict) and draw(st.booleans()):
+        if isinstance(stored, dict) and not rarely(draw, 4):
             hit["fields"] = {f"neardup.{k}": [stored.get(k)] for k in ("v", "sig", "n")}
         else:
-            hit["fields"] = draw(json_values)
-    if draw(st.integers(0, 5)) == 0:
-        hit["inner_hits"] = draw(json_values)
+            hit["fields"] = draw(small_json)
+    if rarely(draw, 8):
+        hit["inner_hits"] = draw(small_json)
     return hit
 
 
 @st.composite
 def search_responses(draw: st.DrawFn, max_hits: int = 15, unique_ids: bool = False) -> Any:
     """Search-shaped values most of the time, anything JSON-like otherwise."""
-    if draw(st.integers(0, 7)) == 0:
+    if rarely(draw, 10):
         return draw(json_values)
-    ids = st.just(None) if unique_ids else st.text(max_size=4) | json_values
+    ids = st.just(None) if unique_ids else st.text(max_size=4) | small_json
     page = draw(st.lists(hits(ids), max_size=max_hits))
     if unique_ids:
         for position, hit in enumerate(page):
@@ -127,11 +134,11 @@ def search_responses(draw: st.DrawFn, max_hits: int = 15, unique_ids: bool = Fal
     for key, value in (("total", json_values), ("max_score", json_values)):
         if draw(st.booleans()):
             inner[key] = draw(value)
-    if draw(st.integers(0, 9)) == 0:
+    if rarely(draw, 10):
         inner = draw(json_values)
     response: dict[str, Any] = {"hits": inner}
-    for key, value in (("took", st.integers(0, 100) | json_values), ("timed_out", st.booleans()),
-                       ("_shards", json_values), ("aggregations", json_values), ("pit_id", st.text(max_size=5))):
+    for key, value in (("took", st.integers(0, 100) | small_json), ("timed_out", st.booleans()),
+                       ("_shards", small_json), ("aggregations", small_json), ("pit_id", st.text(max_size=5))):
         if draw(st.booleans()):
             response[key] = draw(value)
     return response
@@ -144,7 +151,7 @@ PLAN_PARAMS = [[], [("rest_total_hits_as_int", "true", "rest_total_hits_as_int=t
 
 
 # -- 1. the pure collapse functions ------------------------------------------------------------------
-@settings(max_examples=fuzz_examples(400), **FUZZ)
+@settings(max_examples=fuzz_examples(300), **FUZZ)
 @given(response=search_responses(), body=st.sampled_from(PLAN_BODIES), params=st.sampled_from(PLAN_PARAMS),
        threshold=st.sampled_from([0.0, 0.5, 0.8, 1.0]), mode=st.sampled_from(["resemblance", "containment"]))
 def test_collapse_functions_take_any_upstream_response(fuzz_counts, response: Any, body: dict, params: list,
@@ -168,13 +175,7 @@ def test_collapse_functions_take_any_upstream_response(fuzz_counts, response: An
         for hit in result["hits"]["hits"]:
             assert not set(plan.added_fields) & set(hit.get("fields", {}))
     else:
-        assert_faithful_collapse(result, _first_page_only(original, plan))
-
-
-def _first_page_only(original: dict, plan: Plan) -> dict:
-    """The upstream response restricted to the hits the page can show (groups ``from..from+size``
-    can only hold hits of the window; the fuzzed window is one round)."""
-    return original
+        assert_faithful_collapse(result, original)
 
 
 # -- 2. end to end against the real Elasticsearch ----------------------------------------------------
@@ -236,10 +237,9 @@ def requests(draw: st.DrawFn, index: str) -> tuple[str, str, bytes | None, dict[
     headers = {name: draw(st.sampled_from(values))
                for name, values in HEADER_VALUES.items() if draw(st.integers(0, 3)) == 0}
     if "_msearch" in path:
-        lines = draw(st.lists(st.tuples(st.sampled_from([b"{}", f'{{"index":"{index}"}}'.encode(), b""])
-                                        | st.builds(lambda v: json.dumps(v).encode(), json_values).map(lambda b: (b,))
-                                        .map(lambda t: t[0]).map(lambda b: b), search_bodies()),
-                              min_size=1, max_size=3))
+        header_lines = (st.sampled_from([b"{}", f'{{"index":"{index}"}}'.encode(), b""])
+                        | json_values.map(lambda value: json.dumps(value).encode()))
+        lines = draw(st.lists(st.tuples(header_lines, search_bodies()), min_size=1, max_size=3))
         body: bytes | None = b"".join(h + b"\n" + b.replace(b"\n", b" ") + b"\n" for h, b in lines)
         headers.setdefault("Content-Type", "application/x-ndjson")
     elif path.endswith("_doc/s1"):
