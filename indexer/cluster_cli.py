@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
 from indexer.cli import _positive, _threshold, check_upstream, clear_errors, fail
 from indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_USAGE

@@ -22,6 +22,7 @@ the proxy's own are dropped, nothing is decoded and re-encoded.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Literal, Mapping
 from urllib.parse import unquote_plus
@@ -58,6 +59,15 @@ class Settings:
     #: The client asked for collapsing explicitly (``neardup=on``): a search that cannot be
     #: collapsed is then an error instead of a silent pass-through.
     forced: bool = False
+
+
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def has_invalid_escape(raw: str) -> bool:
+    """Whether a raw query part holds a ``%`` not followed by two hex digits, which
+    Elasticsearch refuses (``unquote_plus`` would keep it as it is)."""
+    return "%" in raw and _BAD_ESCAPE.search(raw) is not None
 
 
 def split_query(raw_query: str) -> list[tuple[str, str, str]]:

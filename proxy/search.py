@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 from proxy import collapse, filter_path
 from proxy.glob import glob_match
-from proxy.params import Settings
+from proxy.params import Settings, has_invalid_escape
 
 #: Query-string parameters the proxy takes over on a collapsed search.
 _TAKEN_PARAMS = frozenset({"from", "size", "filter_path", "source", "source_content_type"})
@@ -123,6 +123,8 @@ def _is_true(value: str) -> bool:
 def plan_search(body: dict[str, Any], params: list[tuple[str, str, str]], settings: Settings,
                 max_window: int) -> Plan | Skip:
     """Decide whether and how a search (its body and query parameters) is collapsed."""
+    if any(name in _TAKEN_PARAMS and has_invalid_escape(raw) for name, _, raw in params):
+        return Skip("invalid_parameter")  # Elasticsearch explains
     query = {name: value for name, value, _ in params}
     if "scroll" in query:
         return Skip("scroll")

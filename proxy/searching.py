@@ -17,7 +17,7 @@ from aiohttp import web
 
 from proxy import collapse, errors, filter_path, jsonio, similarity
 from proxy import http as httpx
-from proxy.params import Controls, Settings, resolve, split_query
+from proxy.params import Controls, Settings, has_invalid_escape, resolve, split_query
 from proxy.routes import index_of
 from proxy.search import Plan, Skip, Window, apply_filter, finish, plan_search, round_request
 
@@ -175,7 +175,13 @@ async def search(state: "ProxyState", request: web.Request, raw_path: str, query
 
 
 def _parse_search_body(body: bytes, params: list[tuple[str, str, str]]) -> dict[str, Any]:
-    text = body if body.strip() else next((v.encode() for n, v, _ in params if n == "source"), b"")
+    given = {name: value for name, value, _ in params}
+    text = body
+    if "source" in given or "source_content_type" in given:
+        # Elasticsearch reads them only together, JSON, and without a body; else it says why.
+        if body.strip() or "source" not in given or not httpx.is_json(given.get("source_content_type")):
+            raise ValueError("source parameters Elasticsearch refuses")
+        text = given["source"].encode()
     if not text.strip():
         return {}
     value = jsonio.loads_request(text)
@@ -251,6 +257,8 @@ async def msearch(state: "ProxyState", request: web.Request, raw_path: str, quer
     if not _accepts_json(request):
         return await _pass(state, incoming, "non_json_accept")
     params = split_query(query)
+    if any(n == "filter_path" and has_invalid_escape(raw) for n, _, raw in params):
+        return await _pass(state, incoming, "invalid_parameter")
     try:
         client_filter = filter_path.parse(next((v for n, v, _ in params if n == "filter_path"), ""))
     except filter_path.UnsupportedFilterPath:

@@ -92,7 +92,7 @@ class Upstream:
         """
         order = [base_url] if base_url else self._round_robin()
         replayable = body is None or isinstance(body, (bytes, bytearray))
-        resend = 1 if replayable and access.is_read(method, path_qs.partition("?")[0]) else 0
+        resent = False
         last_error = ""
         attempt = 0
         while attempt < len(order):
@@ -110,9 +110,9 @@ class Upstream:
             except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
                 raise errors.upstream_timeout(self.config.request_timeout) from None
             except aiohttp.ClientError as exc:
-                if not resend:
+                if resent or not replayable or not access.is_read(method, path_qs.partition("?")[0]):
                     raise errors.upstream_broken(f"{type(exc).__name__}: {exc}") from None
-                resend -= 1
+                resent = True
                 if attempt == len(order):
                     order.append(url)
                 continue

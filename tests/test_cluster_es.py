@@ -7,7 +7,6 @@ own indices (fingerprints included, cluster values never), so no other test sees
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import uuid
@@ -155,17 +154,22 @@ def test_running_again_writes_nothing(es_url, clustered):
     assert again["clusters"] == first["clusters"]
 
 
-def test_aggregate_mode_gives_the_same_ids_as_memory_mode(es, es_url, clustered, reuters_index):
-    index, _ = clustered
-    copy = copy_index(es, reuters_index, f"cluster-aggregate-{uuid.uuid4().hex[:8]}")
+@pytest.mark.timeout(900)
+def test_aggregate_mode_gives_the_same_ids_as_memory_mode(es, es_url, reuters_index, reuters_docs):
+    ids = [d["id"] for d in reuters_docs[:6000]]
+    suffix = uuid.uuid4().hex[:8]
+    memory = copy_index(es, reuters_index, f"cluster-memory-{suffix}", ids)
+    aggregate = copy_index(es, reuters_index, f"cluster-aggregate-{suffix}", ids)
     try:
-        summary = cluster(es_url, copy, "--mode", "aggregate", "--batch-size", "700")
+        assert cluster(es_url, memory, "--mode", "memory")["strategy"] == "memory"
+        summary = cluster(es_url, aggregate, "--mode", "aggregate", "--batch-size", "700")
         assert summary["strategy"] == "aggregate" and summary["capped_buckets"] == 0
-        assert {k: d["cluster"] for k, d in documents(es, copy).items()} == \
-               {k: d["cluster"] for k, d in documents(es, index).items()}
-        assert cluster(es_url, copy, "--mode", "aggregate")["updated"] == 0
+        assert summary["clusters"] > 50
+        assert {k: d["cluster"] for k, d in documents(es, aggregate).items()} == \
+               {k: d["cluster"] for k, d in documents(es, memory).items()}
+        assert cluster(es_url, aggregate, "--mode", "aggregate")["updated"] == 0
     finally:
-        es.options(ignore_status=404).indices.delete(index=copy)
+        es.options(ignore_status=404).indices.delete(index=f"{memory},{aggregate}")
 
 
 # --- incremental -------------------------------------------------------------------------------------

@@ -195,12 +195,13 @@ def _tls_config(endpoint: EsEndpoint, **upstream: object) -> object:
     return make_config(endpoint.url, upstream=upstream)
 
 
-def test_tls_upstream_with_ca_bundle_basic_auth_and_api_key(tls_es: EsEndpoint) -> None:
+def test_tls_upstream_with_ca_bundle_and_basic_auth(tls_es: EsEndpoint) -> None:
+    """(API keys cannot be created on the integ-test distribution: its security index needs the
+    missing analysis-common module. ``ApiKey`` headers are checked by the recording upstream.)"""
     assert tls_es.url.startswith("https://") and tls_es.ca_certs
     direct = tls_es.client()
     index = f"reliab-tls-{uuid.uuid4().hex[:8]}"
     try:
-        key = direct.security.create_api_key(name="reliab-test", role_descriptors={})["encoded"]
         direct.index(index=index, id="1", document={"title": "hello"}, refresh=True)
         with ProxyThread(_tls_config(tls_es, ca_certs=tls_es.ca_certs)) as proxy:
             client = Elasticsearch(proxy.url, basic_auth=tls_es.basic_auth, request_timeout=60)
@@ -210,8 +211,9 @@ def test_tls_upstream_with_ca_bundle_basic_auth_and_api_key(tls_es: EsEndpoint) 
                 assert found["hits"]["hits"][0]["_id"] == "1" and "neardup" in found
             finally:
                 client.close()
-            who = fetch(proxy.url, "GET", "/_security/_authenticate", headers={"Authorization": f"ApiKey {key}"})
-            assert who.status == 200 and who.json()["authentication_type"] == "api_key"
+            basic = "Basic " + base64.b64encode(f"{tls_es.username}:{tls_es.password}".encode()).decode()
+            who = fetch(proxy.url, "GET", "/_security/_authenticate", headers={"Authorization": basic})
+            assert who.status == 200 and who.json()["username"] == tls_es.username
             wrong = fetch(proxy.url, "GET", "/_security/_authenticate",
                           headers={"Authorization": "Basic " + base64.b64encode(b"neardup-admin:wrong").decode()})
             anonymous = fetch(proxy.url, "GET", f"/{index}/_search")
