@@ -241,9 +241,15 @@ def test_playground_shows_what_the_proxy_answers(browser: Any, playground_proxy:
     assert offered == list(MODES)
 
     # Pick the index: the configured threshold and mode are loaded and a search runs.
-    before = seq(driver)
-    Select(driver.find_element("id", "index")).select_by_value(reuters_index)
-    wait_ready(driver, before)
+    # On a node holding only this index it is already selected and searched: selecting it
+    # again fires no change event, so wait for a new search only when the selection changes.
+    picker = Select(driver.find_element("id", "index"))
+    if picker.first_selected_option.get_attribute("value") != reuters_index:
+        before = seq(driver)
+        picker.select_by_value(reuters_index)
+        wait_ready(driver, before)
+    else:
+        wait_ready(driver)
     assert text_of(driver.find_element("id", "threshold-value")) == "0.80"
 
     # Type a query.
