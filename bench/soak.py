@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 
 from neardup.corpora import reuters_documents  # noqa: E402
 
-SECTION = "## Reliability"
+SECTION = "## Reliability (`bench/soak.py`, reliability area)"
 SAMPLE_SECONDS = 5.0
 REQUEST_TIMEOUT = 120.0
 #: The mix: (operation, weight).
@@ -343,6 +343,9 @@ def report(tally: Tally, samples: list[Sample], elapsed: float, checks: dict[str
         values = [getattr(s, attr) for s in warm]
         lines.append(f"| {label} | {fmt.format(getattr(first, attr))} | {fmt.format(getattr(last, attr))} | "
                      f"{fmt.format(min(values))} | {fmt.format(max(values))} |")
+    tenths = [min(samples, key=lambda point: abs(point.at - samples[0].at - k * elapsed / 10)) for k in range(11)]
+    lines += ["", "Resident memory at each tenth of the run, MB: "
+              + ", ".join(f"{point.rss_mb:.1f}" for point in tenths) + "."]
     lines += ["", "| operation | requests | p50 ms | p99 ms | max ms |", "|---|---|---|---|---|"]
     for kind, values in sorted(tally.latencies.items()):
         lines.append(f"| {kind} | {len(values)} | {percentile(values, 0.5) * 1000:.1f} | "
@@ -361,7 +364,7 @@ def command(args: argparse.Namespace) -> str:
 def write_section(path: Path, text: str) -> None:
     """Replace (or append) this script's section of RESULTS.md, leaving the others alone."""
     current = path.read_text() if path.exists() else "# Benchmark results\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\b.*?(?=^## |\Z)", re.S | re.M)
+    pattern = re.compile(r"^## Reliability\b.*?(?=^## |\Z)", re.S | re.M)
     updated = pattern.sub(lambda _: text + "\n", current) if pattern.search(current) \
         else current.rstrip("\n") + "\n\n" + text
     path.write_text(updated)

@@ -123,8 +123,8 @@ def _is_true(value: str) -> bool:
 def plan_search(body: dict[str, Any], params: list[tuple[str, str, str]], settings: Settings,
                 max_window: int) -> Plan | Skip:
     """Decide whether and how a search (its body and query parameters) is collapsed."""
-    if any(name in _TAKEN_PARAMS and has_invalid_escape(raw) for name, _, raw in params):
-        return Skip("invalid_parameter")  # Elasticsearch explains
+    if any(has_invalid_escape(raw) for _, _, raw in params):
+        return Skip("invalid_parameter")  # Elasticsearch refuses it (and may hang up on a rewrite)
     query = {name: value for name, value, _ in params}
     if "scroll" in query:
         return Skip("scroll")
@@ -144,7 +144,8 @@ def plan_search(body: dict[str, Any], params: list[tuple[str, str, str]], settin
         return Skip("unsupported_filter_path")
     stored = _names(query.get("stored_fields", body.get("stored_fields")))
     docvalues = _names(query.get("docvalue_fields", body.get("docvalue_fields")))
-    fields = _names(body.get("fields"))
+    # The proxy appends to a body's ``fields``: only an array is one (Elasticsearch refuses a string).
+    fields = _names(body.get("fields")) if isinstance(body.get("fields", []), list) else None
     script_fields = body.get("script_fields", {})
     if stored is None or docvalues is None or fields is None or not isinstance(script_fields, dict):
         return Skip("unexpected_field_options")

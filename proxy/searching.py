@@ -257,7 +257,7 @@ async def msearch(state: "ProxyState", request: web.Request, raw_path: str, quer
     if not _accepts_json(request):
         return await _pass(state, incoming, "non_json_accept")
     params = split_query(query)
-    if any(n == "filter_path" and has_invalid_escape(raw) for n, _, raw in params):
+    if any(has_invalid_escape(raw) for _, _, raw in params):
         return await _pass(state, incoming, "invalid_parameter")
     try:
         client_filter = filter_path.parse(next((v for n, v, _ in params if n == "filter_path"), ""))
