@@ -42,7 +42,7 @@ def with_overrides(config: Config, args: argparse.Namespace) -> Config:
 def run(args: argparse.Namespace, config: Config) -> int:
     import sys
 
-    from proxy.server import serve
+    from proxy.server import ListenError, serve
 
     try:
         config = with_overrides(config, args)
@@ -51,7 +51,6 @@ def run(args: argparse.Namespace, config: Config) -> int:
         return 2
     try:
         return serve(config)
-    except OSError as exc:
-        print(f"neardup proxy: cannot listen on {config.proxy.host}:{config.proxy.port}: {exc}",
-              file=sys.stderr)
+    except ListenError as exc:  # names the address: proxy.port's or proxy.ops_address's
+        print(f"neardup proxy: {exc}", file=sys.stderr)
         return 1

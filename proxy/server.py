@@ -28,11 +28,19 @@ from proxy.app import create_app, create_ops_app
 log = logging.getLogger("neardup.proxy")
 
 
+class ListenError(OSError):
+    """An address the proxy was told to listen on cannot be bound; the message names it."""
+
+
 def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     sock.listen(1024)
     sock.setblocking(False)
     sock.set_inheritable(True)
@@ -86,7 +94,11 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
 def serve(config: Config) -> int:
     """Bind, announce the URL, run ``proxy.workers`` workers until told to stop."""
     sock = bind(config.proxy.host, config.proxy.port)
-    ops_sock = bind(*split_host_port(config.proxy.ops_address)) if config.proxy.ops_address else None
+    try:
+        ops_sock = bind(*split_host_port(config.proxy.ops_address)) if config.proxy.ops_address else None
+    except ListenError:
+        sock.close()
+        raise
     _check_upstream(config)
     workers = config.proxy.workers
     url = url_of(sock)

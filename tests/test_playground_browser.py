@@ -3,8 +3,9 @@ through Debian's chromedriver (``make browser-deps`` installs both), against the
 Elasticsearch with Reuters-21578 enriched, through a proxy with the playground enabled.
 
 What the page shows is checked against the proxy's JSON for the very request the page made
-(it prints the request; the test sends it again itself). Screenshots go to ``bench/``
-(``bench/playground.png`` is the README's).
+(it prints the request; the test sends it again itself). Screenshots go to a temporary folder,
+or to ``$NEARDUP_SCREENSHOTS`` when set (``NEARDUP_SCREENSHOTS=bench`` refreshes the README's
+``bench/playground.png``), so an ordinary test run leaves the work tree as it was.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import urllib.request
 import uuid
 from pathlib import Path
@@ -28,8 +30,7 @@ from tests.test_proxy_support import ProxyThread, make_config, mapping
 
 pytestmark = [pytest.mark.es, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "bench"
+SCREENSHOTS = Path(os.environ.get("NEARDUP_SCREENSHOTS") or Path(tempfile.gettempdir()) / "neardup-screenshots")
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 CHROME_ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -207,12 +208,12 @@ def pick_query(proxy_url: str, index: str) -> str:
 
 def screenshot(driver: Any, name: str, max_height: int = 2400) -> Path:
     """A PNG of the page from its top (as tall as its content, at most ``max_height`` pixels)
-    under bench/."""
+    under ``SCREENSHOTS``."""
     height = driver.execute_script("return document.documentElement.scrollHeight")
     driver.set_window_size(1400, min(max(int(height), 900), max_height))
     driver.execute_script("window.scrollTo(0, 0)")
-    BENCH.mkdir(exist_ok=True)
-    path = BENCH / name
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / name
     assert driver.save_screenshot(str(path))
     driver.set_window_size(1400, 1000)
     return path

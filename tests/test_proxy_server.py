@@ -150,3 +150,26 @@ def test_credentials_are_forwarded_to_a_secure_cluster(secure_es) -> None:  # no
         finally:
             for client in (good, bad, anonymous):
                 client.close()
+
+
+@pytest.mark.parametrize("taken", ["port", "ops_address"])
+def test_an_address_in_use_is_named_and_nothing_is_left_listening(es_url: str, taken: str) -> None:
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("NEARDUP_")}
+        environment["PYTHONPATH"] = str(ROOT)
+        if taken == "port":
+            args = ["--port", str(port)]
+        else:
+            args = ["--port", "0"]
+            environment["NEARDUP_PROXY__OPS_ADDRESS"] = f"127.0.0.1:{port}"
+        done = subprocess.run([sys.executable, "-m", "neardup", "proxy", "--host", "127.0.0.1",
+                               "--upstream", es_url, *args],
+                              capture_output=True, text=True, env=environment, cwd=ROOT, timeout=60)
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr and "listening on" not in done.stdout
