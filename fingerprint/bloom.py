@@ -304,12 +304,20 @@ def containment_shares(source: np.ndarray, candidates: list[np.ndarray], assume_
     return np.bincount(owner, weights=hits, minlength=len(sets)) / len(s)
 
 
-def frequent_shingles(shingle_sets: list[np.ndarray], max_documents: int) -> np.ndarray:
+def frequent_shingles(shingle_sets: list[np.ndarray], max_documents: int, assume_unique: bool = False) -> np.ndarray:
     """Sorted shingle hashes found in more than ``max_documents`` of the sets: boilerplate
     (site furniture, embedded player code) that would make every page "contain" every other.
-    A caller that wants copied *content* drops them before inserting and querying."""
+    A caller that wants copied *content* drops them before inserting and querying.
+    ``assume_unique``: each set is already free of repeats (as ``Fingerprinter.shingles`` gives
+    them); then the only copy made is one sorted concatenation of all sets."""
     if not shingle_sets:
         return np.empty(0, dtype=np.uint64)
-    values, counts = np.unique(np.concatenate([np.unique(np.asarray(s, dtype=np.uint64)) for s in shingle_sets]),
-                               return_counts=True)
-    return values[counts > max_documents]
+    values = np.concatenate([np.asarray(s, dtype=np.uint64) if assume_unique
+                             else np.unique(np.asarray(s, dtype=np.uint64)) for s in shingle_sets])
+    values.sort()
+    # sorted, a value occurs more than D times iff it equals the value D places further on
+    d = max(0, int(max_documents))
+    if d >= len(values):
+        return np.empty(0, dtype=np.uint64)
+    head = values[:len(values) - d]
+    return np.unique(head[head == values[d:]])

@@ -23,7 +23,8 @@ from typing import Callable
 
 import numpy as np
 
-from fingerprint.hashing import DROPPED, token_hash
+from fingerprint.hashing import token_hash_array
+from fingerprint.jit import kernels
 
 _EMPTY = np.uint64(0)
 INITIAL_SLOTS = 1 << 12
@@ -50,25 +51,35 @@ class WordHashCache:
     def __len__(self) -> int:
         return self.count
 
-    def token_hashes(self, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                     ids: np.ndarray) -> np.ndarray:
-        """Token hash for each token ``codes[starts[i]:ends[i]]`` with word id ``ids[i]``."""
+    def token_hashes(self, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray, ids: np.ndarray,
+                     words: Callable[[np.ndarray], list[str]] | None = None) -> np.ndarray:
+        """Token hash for each token ``codes[starts[i]:ends[i]]`` with word id ``ids[i]``.
+
+        ``words(indices)``, if given, returns those tokens as strings (a caller that has
+        them saves decoding the code points).
+        """
         values, found = self._find(ids)
         if not found.all():
             missing = np.flatnonzero(~found)
-            distinct, first, inverse = np.unique(ids[missing], return_index=True, return_inverse=True)
-            text = codes.tobytes().decode("utf-32-le", "surrogatepass")
+            first, inverse = _first_occurrences(ids[missing])
             at = missing[first]
-            words = [text[s:e] for s, e in zip(starts[at].tolist(), ends[at].tolist())]
-            seed = self.seed
-            learned = np.array([DROPPED if c is None else token_hash(c, seed) for c in self.canonical(words)],
-                               dtype=np.int64)
+            if words is None:
+                text = codes.tobytes().decode("utf-32-le", "surrogatepass")
+                strings = [text[s:e] for s, e in zip(starts[at].tolist(), ends[at].tolist())]
+            else:
+                strings = words(at)
+            learned = token_hash_array(self.canonical(strings), self.seed)
             values[missing] = learned[inverse]
-            self._add(distinct, learned)
+            self._add(ids[at], learned)
         return values
 
     def _find(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(values, found) for each id; values are 0 where not found."""
+        """(values, found) for each id; values are 0 where not found (compiled kernel if
+        available: one probe loop per id instead of NumPy rounds)."""
+        if self.count and len(ids):
+            compiled = kernels()
+            if compiled is not None:
+                return compiled.find(self.keys, self.values, self.shift, np.ascontiguousarray(ids, dtype=np.uint64))
         values = np.zeros(len(ids), dtype=np.int64)
         found = np.zeros(len(ids), dtype=bool)
         if self.count == 0 or len(ids) == 0:
@@ -102,6 +113,11 @@ class WordHashCache:
         self._place(ids, values)
 
     def _place(self, ids: np.ndarray, values: np.ndarray) -> None:
+        compiled = kernels()
+        if compiled is not None:
+            compiled.insert(self.keys, self.values, self.shift, ids, values)
+            self.count += len(ids)
+            return
         mask = len(self.keys) - 1
         slots = (ids >> self.shift).astype(np.int64)
         while ids.size:
@@ -116,3 +132,13 @@ class WordHashCache:
             rest[taken] = False
             ids, values, slots = ids[rest], values[rest], slots[rest]
             slots = np.where(self.keys[slots] != _EMPTY, (slots + 1) & mask, slots)
+
+
+def _first_occurrences(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first, inverse): index of one occurrence of each distinct id, and for each id the
+    position of its value in ``first`` (so ``ids[first][inverse] == ids``)."""
+    compiled = kernels()
+    if compiled is not None:
+        return compiled.first_occurrences(ids)
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    return first, inverse

@@ -159,12 +159,30 @@ def _fingerprinter(config: Config):
 def enrich_command(args: argparse.Namespace, config: Config) -> int:
     from indexer.lines import enrich_stream, open_input
 
+    fields, fingerprinter = _fields(args, config), _fingerprinter(config)
+    client, extras = None, None
+    if config.tfidf.enabled and args.index:
+        from functools import partial
+
+        from indexer.client import make_client
+        from indexer.tfidf import make_enricher, vectors_of_lines
+
+        check_upstream(config)
+        client = make_client(config.upstream)
+        tfidf = make_enricher(config, client, _retrier(config), fingerprinter)
+        extras = partial(vectors_of_lines, tfidf, args.index, fields=fields)
+    elif config.tfidf.enabled:
+        print("neardup enrich: no TF-IDF vectors without --index (the statistics they are weighted "
+              "with belong to an index)", file=sys.stderr)
     source = open_input(args.file)
     try:
-        counts = enrich_stream(source, sys.stdout.buffer, sys.stderr, _fields(args, config), _fingerprinter(config))
+        counts = enrich_stream(source, sys.stdout.buffer, sys.stderr, fields, fingerprinter, extras,
+                               config.indexer.batch_size)
     finally:
         if source is not sys.stdin.buffer:
             source.close()
+        if client is not None:
+            client.close()
     print(f"neardup enrich: {counts.describe()}", file=sys.stderr)
     return EXIT_DOCUMENTS_FAILED if counts.bad else EXIT_OK
 
@@ -179,6 +197,9 @@ def _register_enrich(subparsers: argparse._SubParsersAction) -> None:
         "status 1. No Elasticsearch is needed.")
     parser.add_argument("file", nargs="?", metavar="FILE", help="JSON lines file (default: stdin; - also means stdin)")
     _add_field_option(parser)
+    parser.add_argument("--index", metavar="NAME",
+                        help="with tfidf.enabled: the index the documents are bound for; they are counted "
+                        "in its TF-IDF statistics (Elasticsearch needed) and get their vectors neardup.tf")
     parser.set_defaults(handler=enrich_command)
 
 
@@ -212,6 +233,7 @@ def load_command(args: argparse.Namespace, config: Config) -> int:
     from indexer.client import make_client
     from indexer.lines import open_input
     from indexer.load import Loader, LoadOptions, format_load_summary
+    from indexer.tfidf import make_enricher
 
     threshold, mode = _similarity_settings(args, config)
     options = LoadOptions(index=args.index, fields=_fields(args, config), id_field=args.id_field,
@@ -221,7 +243,9 @@ def load_command(args: argparse.Namespace, config: Config) -> int:
     check_upstream(config)
     client = make_client(config.upstream)
     try:
-        result = Loader(client, _retrier(config), _fingerprinter(config), options, sys.stderr).run(source)
+        retrier, fingerprinter = _retrier(config), _fingerprinter(config)
+        tfidf = make_enricher(config, client, retrier, fingerprinter) if config.tfidf.enabled else None
+        result = Loader(client, retrier, fingerprinter, options, sys.stderr, tfidf).run(source)
         if args.refresh:
             client.indices.refresh(index=args.index)
     finally:

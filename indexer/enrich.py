@@ -11,7 +11,10 @@ For programs that index with the official client::
 
 A document whose fields hold no text (see :mod:`indexer.texts`) is returned unchanged.
 Otherwise the five fingerprint keys are written into its ``neardup`` object; other keys
-of an existing ``neardup`` object are kept (the same merge a partial update does).
+of an existing ``neardup`` object are kept (the same merge a partial update does), except the
+values ``neardup cluster`` derived from the old fingerprint (``cluster``, ``bands``): when the
+fingerprint changes they are dropped (:data:`CLUSTER_KEYS`), so that no document is grouped by
+an outdated cluster id; ``neardup cluster --incremental`` places it again.
 
 :func:`enrich_line` is the byte-preserving form used by ``neardup enrich`` and ``neardup
 load``: when the line has no ``neardup`` key yet, the fingerprint is spliced in before the
@@ -26,7 +29,15 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from fingerprint import FIELD, Fingerprint, Fingerprinter
+from indexer.cluster_docs import BANDS, CLUSTER
 from indexer.texts import Outcome, document_texts
+
+#: Keys of ``neardup`` derived by ``neardup cluster`` from the fingerprint; void when it changes.
+CLUSTER_KEYS = (CLUSTER, BANDS)
+#: What the fingerprint keys are compared on to tell whether a fingerprint changed.
+_IDENTITY_KEYS = ("v", "sig", "n")
+#: The stored ``neardup`` values the indexer reads with each document (``_source`` paths).
+STORED_PATHS = tuple(f"{FIELD}.{key}" for key in (*_IDENTITY_KEYS, *CLUSTER_KEYS))
 
 
 def compute_fingerprint(source: Mapping[str, Any], fields: Sequence[str],
@@ -38,10 +49,30 @@ def compute_fingerprint(source: Mapping[str, Any], fields: Sequence[str],
     return "ok", fingerprinter.fingerprint_fields(texts.texts)
 
 
+def fingerprint_changed(existing: Any, value: Mapping[str, Any]) -> bool:
+    """Whether the stored ``neardup`` object ``existing`` holds another fingerprint than ``value``."""
+    stored = existing if isinstance(existing, Mapping) else {}
+    return any(stored.get(key) != value.get(key) for key in _IDENTITY_KEYS)
+
+
+def cleared_cluster_keys(existing: Any, value: Mapping[str, Any]) -> dict[str, None]:
+    """For a partial update writing fingerprint ``value``: ``None`` (which a partial update
+    stores, and which is indexed as no value) for each cluster key the document holds, when
+    its fingerprint changes; ``{}`` otherwise."""
+    if not isinstance(existing, Mapping) or not fingerprint_changed(existing, value):
+        return {}
+    return {key: None for key in CLUSTER_KEYS if existing.get(key) is not None}
+
+
 def merged_neardup(existing: Any, fingerprint: Fingerprint) -> dict[str, Any]:
-    """The new ``neardup`` object: existing extra keys kept, the fingerprint keys replaced."""
+    """The new ``neardup`` object: existing extra keys kept (but the cluster keys when the
+    fingerprint changed), the fingerprint keys replaced."""
     base = dict(existing) if isinstance(existing, Mapping) else {}
-    base.update(fingerprint.to_source())
+    value = fingerprint.to_source()
+    if fingerprint_changed(base, value):
+        for key in CLUSTER_KEYS:
+            base.pop(key, None)
+    base.update(value)
     return base
 
 

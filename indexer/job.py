@@ -33,9 +33,10 @@ from typing import Any, Mapping, Sequence
 
 from elasticsearch import ApiError, Elasticsearch
 
-from fingerprint import Fingerprinter, scheme_version
+from fingerprint import FIELD, Fingerprinter, scheme_version
+from fingerprint.tfidf import TF_FIELD
 from indexer.client import display_url, make_client
-from indexer.enrich import compute_fingerprint
+from indexer.enrich import STORED_PATHS, cleared_cluster_keys, compute_fingerprint
 from indexer.errors import JobError, error_type_and_reason, explain
 from indexer.mapping import field_paths, plan_neardup_mapping, put_neardup_mapping, text_fields
 from indexer.progress import Progress
@@ -43,10 +44,14 @@ from indexer.query import SliceSpec, already_current, plan_slices, selection
 from indexer.reader import SliceReader
 from indexer.retry import Retrier
 from indexer.stats import JobStats
+from indexer.tfidf import TfidfEnricher, make_enricher, neardup_of, source_texts, tf_properties
 from indexer.writer import BulkUpdater
 from neardup.config import Config
 
 log = logging.getLogger(__name__)
+
+#: Read with each document when TF-IDF is on: whether it was counted under the current version.
+TF_VERSION_PATH = f"{FIELD}.{TF_FIELD}.v"
 
 DATE_TYPES = frozenset({"date", "date_nanos", "long", "integer", "unsigned_long", "double", "float",
                         "scaled_float"})
@@ -124,10 +129,15 @@ def prepare(config: Config, options: IndexOptions) -> None:
     """All checks, then the mapping; raises :class:`JobError` having changed nothing on a problem."""
     client = make_client(config.upstream)
     retrier = Retrier(display_url(config.upstream), config.indexer.max_retries)
+    # a bad synonym list stops the job here, not in each worker
+    tfidf = make_enricher(config, client, retrier) if config.tfidf.enabled else None
     try:
-        plan = plan_neardup_mapping(client, retrier, options.index)
+        plan = plan_neardup_mapping(client, retrier, options.index,
+                                    extra=tf_properties() if tfidf is not None else None)
         check_fields(client, retrier, options, plan.root_mappings)
         put_neardup_mapping(client, retrier, options.index, plan)
+        for index in sorted(plan.root_mappings) if tfidf is not None else ():
+            tfidf.store(index).ensure_index()  # before the workers race to create it
     except ApiError as exc:
         raise JobError(explain(exc, display_url(config.upstream), options.index)) from None
     finally:
@@ -145,11 +155,27 @@ def _die_with_parent() -> None:
         pass
 
 
-def fingerprint_function(fields: Sequence[str], fingerprinter: Fingerprinter):
+def fingerprint_function(fields: Sequence[str], fingerprinter: Fingerprinter,
+                         tfidf: TfidfEnricher | None = None):
+    """``source -> (outcome, neardup value or None)``; with ``tfidf``, the value also holds the
+    TF-IDF vector ``tf`` (weighted with the statistics of the page, see :mod:`indexer.tfidf`)."""
     def fingerprint_source(source: Mapping[str, Any]):
         outcome, fingerprint = compute_fingerprint(source, fields, fingerprinter)
-        return outcome, (fingerprint.to_source() if fingerprint is not None else None)
+        if fingerprint is None:
+            return outcome, None
+        value = fingerprint.to_source()
+        value.update(cleared_cluster_keys(source.get(FIELD), value))  # no outdated cluster ids
+        texts = source_texts(source, fields) if tfidf is not None else None
+        if tfidf is not None and texts is not None:
+            value[TF_FIELD] = tfidf.vector_of(texts)
+        return outcome, value
     return fingerprint_source
+
+
+def count_page(tfidf: TfidfEnricher, hits: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> int:
+    """Count the page's documents that carry no vector of the current TF-IDF version yet."""
+    return tfidf.count((hit["_index"], source_texts(hit.get("_source") or {}, fields),
+                        tfidf.is_current(neardup_of(hit.get("_source")))) for hit in hits)
 
 
 def run_slice(config: Config, options: IndexOptions, spec: SliceSpec, version: str,
@@ -161,12 +187,15 @@ def run_slice(config: Config, options: IndexOptions, spec: SliceSpec, version: s
     fingerprinter = Fingerprinter(config.fingerprint)
     if fingerprinter.version != version:
         raise JobError(f"scheme version mismatch: {fingerprinter.version} != {version}")
+    tfidf = make_enricher(config, client, retrier, fingerprinter) if config.tfidf.enabled else None
+    tf_version = tfidf.version if tfidf is not None else None
     reader = SliceReader(client, retrier, options.index,
                          selection(version=version, force=options.force, since=options.since,
-                                   since_field=options.since_field),
-                         spec, options.batch_size, config.indexer.keep_alive, options.fields)
-    updater = BulkUpdater(client, retrier, fingerprint_function(options.fields, fingerprinter),
-                          options.fields, config.indexer.max_retries, stats)
+                                   since_field=options.since_field, tf_version=tf_version),
+                         spec, options.batch_size, config.indexer.keep_alive,
+                         tuple(options.fields) + STORED_PATHS + ((TF_VERSION_PATH,) if tfidf is not None else ()))
+    updater = BulkUpdater(client, retrier, fingerprint_function(options.fields, fingerprinter, tfidf),
+                          tuple(options.fields) + STORED_PATHS, config.indexer.max_retries, stats)
     reported = JobStats()
 
     def report_progress() -> None:
@@ -180,12 +209,14 @@ def run_slice(config: Config, options: IndexOptions, spec: SliceSpec, version: s
         reader.open()
         to_read = reader.count(reader.query)
         skipped_current = 0 if options.force else reader.count(already_current(
-            version=version, since=options.since, since_field=options.since_field))
+            version=version, since=options.since, since_field=options.since_field, tf_version=tf_version))
         report("total", {"to_read": to_read, "skipped_current": skipped_current})
         started = time.perf_counter()
         for hits in reader.pages():
             stats.read_seconds += time.perf_counter() - started
             stats.read += len(hits)
+            if tfidf is not None:
+                count_page(tfidf, hits, options.fields)
             pending = [p for p in (updater.pending_from_hit(hit) for hit in hits) if p is not None]
             updater.write(pending)
             report_progress()

@@ -16,10 +16,11 @@ Keeping the line count lets a pipeline match output line N to input line N.
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import IO, BinaryIO, Iterator, Sequence
+from typing import IO, Any, BinaryIO, Callable, Iterator, Sequence
 
 from fingerprint import Fingerprinter
 from indexer.enrich import EnrichedLine, enrich_line
@@ -89,22 +90,38 @@ class LineCounts:
         return text
 
 
+#: ``extras(parsed lines of a chunk) -> extra neardup keys of each`` (the TF-IDF vectors).
+Extras = Callable[[Sequence[EnrichedLine]], list[dict[str, Any]]]
+
+
 def enrich_stream(source: BinaryIO, out: BinaryIO, errors: IO[str], fields: Sequence[str],
-                  fingerprinter: Fingerprinter) -> LineCounts:
-    """``neardup enrich``: one output line per input line (see the module docstring)."""
+                  fingerprinter: Fingerprinter, extras: Extras | None = None,
+                  chunk_size: int = 500) -> LineCounts:
+    """``neardup enrich``: one output line per input line (see the module docstring).
+
+    With ``extras``, lines are handled ``chunk_size`` at a time and the keys it gives each
+    fingerprinted line are added to its ``neardup`` object.
+    """
     counts = LineCounts()
-    for line in read_lines(source):
-        counts.lines += 1
-        if line.text is not None and not line.text.strip():
-            counts.blank += 1
-            out.write(line.raw + b"\n")
-            continue
-        parsed = parse(line, fields, fingerprinter)
-        if parsed.outcome == "bad":
-            counts.add_bad(line.number, parsed.error, errors)
-            out.write(line.raw + b"\n")
-            continue
-        counts.outcomes[parsed.outcome] += 1
-        out.write(parsed.render().encode("utf-8") + b"\n")
+    lines = read_lines(source)
+    while chunk := list(itertools.islice(lines, chunk_size if extras is not None else 1)):
+        parsed_lines: list[EnrichedLine | None] = []
+        for line in chunk:
+            counts.lines += 1
+            parsed = None
+            if line.text is not None and not line.text.strip():
+                counts.blank += 1
+            else:
+                parsed = parse(line, fields, fingerprinter)
+                if parsed.outcome == "bad":
+                    counts.add_bad(line.number, parsed.error, errors)
+                    parsed = None
+                else:
+                    counts.outcomes[parsed.outcome] += 1
+            parsed_lines.append(parsed)
+        usable = [p for p in parsed_lines if p is not None]
+        added = iter(extras(usable) if extras is not None and usable else [{} for _ in usable])
+        for line, parsed in zip(chunk, parsed_lines):
+            out.write((line.raw if parsed is None else parsed.render(next(added)).encode("utf-8")) + b"\n")
     out.flush()
     return counts

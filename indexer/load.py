@@ -34,6 +34,7 @@ from typing import IO, Any, BinaryIO, Iterator, Literal, Sequence
 from elasticsearch import ApiError, Elasticsearch
 
 from fingerprint import FIELD, Fingerprint, Fingerprinter
+from fingerprint.tfidf import TF_FIELD
 from indexer.dedup import Match, RunIndex, best_match, candidate_search, candidates_from_hits
 from indexer.enrich import EnrichedLine
 from indexer.errors import JobError, error_type_and_reason
@@ -41,6 +42,7 @@ from indexer.lines import Line, LineCounts, parse, read_lines
 from indexer.mapping import DUPLICATE_OF, plan_neardup_mapping, put_neardup_mapping, wanted_properties
 from indexer.retry import TRANSIENT_STATUSES, Retrier
 from indexer.stats import Failures
+from indexer.tfidf import TfidfEnricher, neardup_of, tf_properties, vectors_of_lines
 
 OnDuplicate = Literal["allow", "tag", "skip"]
 
@@ -116,31 +118,35 @@ class _Item:
     attempts: int = 0
 
 
-def prepare_index(client: Elasticsearch, retrier: Retrier, options: LoadOptions) -> bool:
-    """Create the index with the ``neardup`` mapping, or check and extend an existing one.
+def prepare_index(client: Elasticsearch, retrier: Retrier, options: LoadOptions,
+                  extra: dict[str, Any] | None = None) -> bool:
+    """Create the index with the ``neardup`` mapping (plus the ``extra`` sub-fields), or check
+    and extend an existing one.
 
     Returns whether the index was created.
     """
     with_tag = options.on_duplicate == "tag"
     exists = retrier.call("checking the index", lambda: client.indices.exists(index=options.index)).body
     if not exists:
+        properties = {**wanted_properties(with_tag), **(extra or {})}
         try:
             retrier.call("creating the index", lambda: client.indices.create(
-                index=options.index, mappings={"properties": {FIELD: {"properties": wanted_properties(with_tag)}}}))
+                index=options.index, mappings={"properties": {FIELD: {"properties": properties}}}))
             return True
         except ApiError as exc:
             kind, _ = error_type_and_reason(exc.body)
             if kind != "resource_already_exists_exception":
                 raise
-    plan = plan_neardup_mapping(client, retrier, options.index, with_duplicate_of=with_tag)
+    plan = plan_neardup_mapping(client, retrier, options.index, with_duplicate_of=with_tag, extra=extra)
     put_neardup_mapping(client, retrier, options.index, plan)
     return False
 
 
 class Loader:
     def __init__(self, client: Elasticsearch, retrier: Retrier, fingerprinter: Fingerprinter,
-                 options: LoadOptions, errors: IO[str]) -> None:
+                 options: LoadOptions, errors: IO[str], tfidf: TfidfEnricher | None = None) -> None:
         self.client = client
+        self.tfidf = tfidf
         self.retrier = retrier
         self.fingerprinter = fingerprinter
         self.options = options
@@ -149,7 +155,8 @@ class Loader:
         self.run_index = RunIndex()
 
     def run(self, stream: BinaryIO) -> LoadResult:
-        self.result.created_index = prepare_index(self.client, self.retrier, self.options)
+        self.result.created_index = prepare_index(self.client, self.retrier, self.options,
+                                                  tf_properties() if self.tfidf is not None else None)
         for chunk in chunks(read_lines(stream), self.options.batch_size):
             self._load_chunk(chunk)
         return self.result
@@ -161,6 +168,7 @@ class Loader:
         checking = self.options.on_duplicate != "allow"
         index_candidates = self._index_candidates(items) if checking else {}
         to_send: list[_Item] = []
+        extras: list[dict[str, Any]] = []
         for item in items:
             extra: dict[str, Any] = {}
             fingerprint = item.parsed.fingerprint
@@ -174,9 +182,34 @@ class Loader:
                     self.result.tagged.append(record)
                     extra[DUPLICATE_OF] = match.id
                 self.run_index.add(item.id or "", fingerprint)
-            item.source = item.parsed.render(extra)
             to_send.append(item)
+            extras.append(extra)
+        if self.tfidf is not None:
+            self._add_vectors(to_send, extras)
+        for item, extra in zip(to_send, extras):
+            item.source = item.parsed.render(extra)
         self._send(to_send)
+
+    def _add_vectors(self, items: Sequence[_Item], extras: list[dict[str, Any]]) -> None:
+        """Count the documents of the chunk met for the first time (neither the line nor the
+        indexed document with its ``_id`` holds a vector of the current version) in the
+        statistics, then put each one's vector in its ``extra``."""
+        assert self.tfidf is not None
+        counted = self._counted_in_index([item.id for item in items if item.id and item.parsed.fingerprint])
+        added = vectors_of_lines(self.tfidf, self.options.index, [item.parsed for item in items],
+                                 self.options.fields, [item.id in counted for item in items])
+        for extra, vector in zip(extras, added):
+            extra.update(vector)
+
+    def _counted_in_index(self, ids: Sequence[str]) -> set[str]:
+        """The ids whose indexed document holds a vector of the current TF-IDF version."""
+        if not ids:
+            return set()
+        assert self.tfidf is not None
+        response = self.retrier.call("looking up TF-IDF vectors", lambda: self.client.mget(
+            index=self.options.index, ids=list(ids), source=[f"{FIELD}.{TF_FIELD}.v"], realtime=True))
+        return {doc["_id"] for doc in response.body["docs"]
+                if doc.get("found") and self.tfidf.is_current(neardup_of(doc.get("_source")))}
 
     def _parse(self, chunk: Sequence[Line]) -> list[_Item]:
         counts = self.result.counts

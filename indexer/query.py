@@ -64,19 +64,31 @@ def plan_slices(host_slice: int, host_count: int, workers: int) -> list[SliceSpe
     return [SliceSpec(host_slice * workers + w, total) for w in range(workers)]
 
 
-def selection(*, version: str, force: bool, since: str | None, since_field: str) -> dict[str, Any]:
-    """The query of documents to (re-)fingerprint."""
+def _current(version: str, tf_version: str | None) -> list[dict[str, Any]]:
+    """Filters of a current document: the scheme version, and the TF-IDF version when it is on."""
+    filters: list[dict[str, Any]] = [{"term": {f"{FIELD}.v": version}}]
+    if tf_version is not None:
+        filters.append({"term": {f"{FIELD}.tf.v": tf_version}})
+    return filters
+
+
+def selection(*, version: str, force: bool, since: str | None, since_field: str,
+              tf_version: str | None = None) -> dict[str, Any]:
+    """The query of documents to (re-)fingerprint (with ``tf_version``: also those without a
+    TF-IDF vector of that version)."""
     clauses: dict[str, Any] = {}
     if since is not None:
         clauses["filter"] = [{"range": {since_field: {"gte": since}}}]
     if not force:
-        clauses["must_not"] = [{"term": {f"{FIELD}.v": version}}]
+        current = _current(version, tf_version)
+        clauses["must_not"] = current if len(current) == 1 else [{"bool": {"filter": current}}]
     return {"bool": clauses} if clauses else {"match_all": {}}
 
 
-def already_current(*, version: str, since: str | None, since_field: str) -> dict[str, Any]:
+def already_current(*, version: str, since: str | None, since_field: str,
+                    tf_version: str | None = None) -> dict[str, Any]:
     """The query of documents the selection leaves out because they are current (for the summary)."""
-    filters: list[dict[str, Any]] = [{"term": {f"{FIELD}.v": version}}]
+    filters = _current(version, tf_version)
     if since is not None:
         filters.append({"range": {since_field: {"gte": since}}})
     return {"bool": {"filter": filters}}

@@ -3,7 +3,8 @@
 Each action is ``{"update": {"_index", "_id", "routing", "if_seq_no", "if_primary_term"}}``
 followed by ``{"doc": {"neardup": {...}}}``. A partial update merges objects, so only the
 five fingerprint keys of ``neardup`` are (over)written; other keys of ``neardup`` and every
-other field stay as they are. There is no ``upsert``/``doc_as_upsert``: a document deleted
+other field stay as they are, except that a changed fingerprint also sets the document's
+``neardup.cluster`` and ``neardup.bands`` to null (:func:`indexer.enrich.cleared_cluster_keys`). There is no ``upsert``/``doc_as_upsert``: a document deleted
 since it was read makes the update fail with ``document_missing_exception`` and stays deleted.
 
 Per item of the bulk answer:

@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "neardup.compare",
     "indexer.cli",
     "indexer.cluster_cli",
+    "indexer.copies",
     "proxy.cli",
 )
 

@@ -23,14 +23,17 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping, Sequence, get_args, get_origin, get_type_hints
 
 from pydantic import (
+    AfterValidator,
     AnyHttpUrl,
     BaseModel,
     ConfigDict,
     Field,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
+from fingerprint.bloom import BloomParams
 from fingerprint.params import FingerprintParams
 
 ENV_PREFIX = "NEARDUP_"
@@ -50,6 +53,16 @@ Threshold = Annotated[float, Field(ge=0.0, le=1.0)]
 Mode = Literal["resemblance", "containment"]
 
 
+def _existing_file(value: str) -> str:
+    if value and not Path(value).is_file():
+        raise ValueError(f"no such file: {value}")
+    return value
+
+
+#: A path that must name an existing file, or "" for none.
+ExistingFileOrEmpty = Annotated[str, AfterValidator(_existing_file)]
+
+
 class UpstreamConfig(_Section):
     """The Elasticsearch cluster behind the proxy and the indexer."""
 
@@ -57,18 +70,11 @@ class UpstreamConfig(_Section):
     username: str = ""
     password: str = ""
     api_key: str = ""
-    ca_certs: str = ""
+    ca_certs: ExistingFileOrEmpty = ""
     verify_certs: bool = True
     connect_timeout: Seconds = 5.0
     request_timeout: Seconds = 60.0
     max_connections: Annotated[int, Field(ge=1, le=10_000)] = 100
-
-    @field_validator("ca_certs")
-    @classmethod
-    def _ca_exists(cls, value: str) -> str:
-        if value and not Path(value).is_file():
-            raise ValueError(f"no such file: {value}")
-        return value
 
     @property
     def url_strings(self) -> list[str]:
@@ -149,6 +155,66 @@ class IndexerConfig(_Section):
     keep_alive: str = "5m"
 
 
+class CopiesConfig(_Section):
+    """``neardup copies``: copied fragments found with the pseudo-matrix Bloom filter."""
+
+    #: a pair is reported when the copier holds at least this share of the source's shingles
+    min_share: Annotated[float, Field(gt=0.0, le=1.0)] = 0.05
+    #: ... and at least this many of them (a shared phrase of a tiny source is not a copy)
+    min_shared: Annotated[int, Field(ge=1)] = 5
+    #: shingles found in more than this many documents are left out (0: keep all)
+    max_df: Annotated[int, Field(ge=0)] = 100
+    #: Bloom filter rows: m bits, k hash functions, designed false-positive rate p*
+    row_bits: int = 1 << 16
+    hashes: int = 7
+    target_fp: float = 0.01
+
+    @model_validator(mode="after")
+    def _bloom_params_valid(self) -> "CopiesConfig":
+        self.bloom_params()  # its ValueError names the key
+        return self
+
+    def bloom_params(self) -> BloomParams:
+        return BloomParams(row_bits=self.row_bits, hashes=self.hashes, target_fp=self.target_fp)
+
+
+class TfidfConfig(_Section):
+    """TF-IDF cosine over lemmas (:mod:`fingerprint.tfidf`): per-document vectors written by the
+    indexer, corpus statistics in a companion index, and the proxy's ``neardup_mode=tfidf``."""
+
+    #: The indexer writes ``neardup.tf`` vectors and keeps the statistics index up to date.
+    enabled: bool = False
+    #: Terms kept in a stored vector (chosen by bench/engines.py).
+    top_k: Annotated[int, Field(ge=1, le=4096)] = 64
+    #: Weigh term frequencies as 1 + ln tf (true) or tf.
+    sublinear_tf: bool = True
+    #: Cosine at or above which ``neardup_mode=tfidf`` folds hits together.
+    threshold: Threshold = 0.7
+    #: A synonym list (one group a line); empty: none.
+    synonyms: ExistingFileOrEmpty = ""
+    #: Name of the statistics index of an index; ``{index}`` is replaced by the concrete index name.
+    stats_index: str = "neardup-tfidf-{index}"
+    #: Statistics documents per index (a power of 2): terms are split over them by their top bits.
+    stats_parts: Annotated[int, Field(ge=1, le=4096)] = 16
+
+    @field_validator("stats_index")
+    @classmethod
+    def _names_the_index(cls, value: str) -> str:
+        if value.count("{index}") != 1 or value.replace("{index}", "") != value.replace("{index}", "").lower():
+            raise ValueError("must contain {index} once and otherwise be lowercase, e.g. neardup-tfidf-{index}")
+        if value.startswith(("{index}", "-", "_", "+")):
+            raise ValueError("must start with a fixed lowercase prefix (a pattern such as news-* would "
+                             "otherwise also match the statistics index), e.g. neardup-tfidf-{index}")
+        return value
+
+    @field_validator("stats_parts")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value & (value - 1):
+            raise ValueError("must be a power of 2 (1, 2, 4, ... 4096)")
+        return value
+
+
 class LoggingConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     format: Literal["text", "json"] = "text"
@@ -160,7 +226,9 @@ class Config(_Section):
     collapse: CollapseConfig = Field(default_factory=CollapseConfig)
     fingerprint: FingerprintParams = Field(default_factory=FingerprintParams)
     indexer: IndexerConfig = Field(default_factory=IndexerConfig)
+    tfidf: TfidfConfig = Field(default_factory=TfidfConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    copies: CopiesConfig = Field(default_factory=CopiesConfig)
 
 
 def _strip_annotated(annotation: Any) -> Any:

@@ -25,6 +25,7 @@ from aiohttp import web
 
 from neardup import __version__
 from neardup.config import Config
+from neardup.tfidf import tfidf_version_of
 from proxy import access, errors, jsonio, playground, searching
 from proxy import http as httpx
 from proxy.collapse import Algorithms
@@ -162,7 +163,7 @@ async def proxy_request(request: web.Request) -> web.StreamResponse:
     controls, query, _ = parse_controls(raw_query, request.headers)
     if route != "passthrough":
         if route == "search":
-            settings = resolve(controls, state.config.collapse, index_of(raw_path))
+            settings = resolve(controls, state.config.collapse, index_of(raw_path), state.config.tfidf.threshold)
             if settings.enabled:
                 return await searching.search(state, request, raw_path, query, settings)
         elif controls.enabled is not False:  # per-item settings: each search decides
@@ -270,7 +271,7 @@ def create_app(config: Config, algorithms: Algorithms | None = None,
                metrics_dir: str | None = None) -> web.Application:
     """The application of one worker; the upstream session opens on start-up."""
     state = ProxyState(config=config, upstream=Upstream(config.upstream), metrics=Metrics(metrics_dir),
-                       algorithms=algorithms or default_algorithms(config.fingerprint))
+                       algorithms=algorithms or default_algorithms(config.fingerprint, tfidf_version_of(config)))
     app = web.Application(middlewares=[observe], client_max_size=config.proxy.max_body_bytes)
     logging.getLogger("aiohttp.server").addFilter(_QUIET)   # once: the same filter object
     app[STATE] = state

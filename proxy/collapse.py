@@ -25,6 +25,8 @@ from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
+from proxy import tfidf
+
 GROUP_FIELD = "neardup.group"
 INNER_HITS_NAME = "neardup"
 SUMMARY_KEY = "neardup"
@@ -33,12 +35,16 @@ FINGERPRINT_FIELD = "neardup"
 #: the client does not get the whole ``_source``): scheme version, signature, shingle count.
 FINGERPRINT_KEYS = ("v", "sig", "n")
 
-Mode = Literal["resemblance", "containment"]
+Mode = Literal["resemblance", "containment", "tfidf"]
 Channel = Literal["_source", "fields"]
 
 
 class CollapseError(ValueError):
     """The upstream response does not have the shape collapsing expects."""
+
+
+#: Stands in for an absent ``fields`` / ``inner_hits`` in shape checks (never mutated).
+_OBJECT: dict[str, Any] = {}
 
 
 #: (positions of the objects that hold a usable fingerprint, their signatures (M, K) uint64,
@@ -57,6 +63,8 @@ class Algorithms:
     read: Reader
     similar_pairs: PairFinder
     group_labels: Labeller
+    #: the TF-IDF version whose stored vectors ``tfidf`` mode compares (:mod:`proxy.tfidf`)
+    tfidf_version: str = ""
 
 
 def stored_fingerprint(hit: dict[str, Any], channel: Channel) -> Any:
@@ -82,19 +90,25 @@ def group(hits: Sequence[Any], channel: Channel, threshold: float, mode: Mode,
     for position, hit in enumerate(hits):
         if not isinstance(hit, dict):
             raise CollapseError(f"hit {position} is not an object")
-        for key in ("fields", "inner_hits"):   # the proxy adds to these: they must be objects
-            if key in hit and not isinstance(hit[key], dict):
-                raise CollapseError(f"hit {position} has a {key} that is not an object")
+        # The proxy adds to these: they must be objects.
+        if not isinstance(hit.get("fields", _OBJECT), dict) or not isinstance(hit.get("inner_hits", _OBJECT), dict):
+            key = "fields" if not isinstance(hit.get("fields", _OBJECT), dict) else "inner_hits"
+            raise CollapseError(f"hit {position} has a {key} that is not an object")
         stored.append(stored_fingerprint(hit, channel))
     n = len(hits)
     labels = np.arange(n, dtype=np.int64)
-    fingerprinted, signatures, counts = algorithms.read(stored)
-    if len(fingerprinted) > 1:
-        i, j, _ = algorithms.similar_pairs(signatures, counts, threshold, mode)
-        if len(i):
-            local = np.asarray(algorithms.group_labels(len(fingerprinted), np.asarray(i), np.asarray(j)))
-            # Local label = smallest local member index; map it back to hit positions.
-            labels[fingerprinted] = fingerprinted[local]
+    if mode == tfidf.MODE:  # TF-IDF cosine of the stored vectors instead of signatures
+        fingerprinted, i, j = tfidf.vector_pairs([tfidf.stored_vector(hit, channel) for hit in hits],
+                                                 threshold, algorithms.tfidf_version)
+    else:
+        fingerprinted, signatures, counts = algorithms.read(stored)
+        if len(fingerprinted) > 1:
+            i, j, _ = algorithms.similar_pairs(signatures, counts, threshold, mode)
+    if len(fingerprinted) < 2 or not len(i):   # nothing to fold: every hit is its own group
+        return [[position] for position in range(n)], len(fingerprinted)
+    local = np.asarray(algorithms.group_labels(len(fingerprinted), np.asarray(i), np.asarray(j)))
+    # Local label = smallest local member index; map it back to hit positions.
+    labels[fingerprinted] = fingerprinted[local]
     members: dict[int, list[int]] = {}
     for position, label in enumerate(labels.tolist()):
         members.setdefault(label, []).append(position)
@@ -143,16 +157,15 @@ def build_page(hits: Sequence[dict[str, Any]], groups: list[list[int]], start: i
     collapsed = 0
     for members in groups[start:start + size]:
         top = hits[members[0]]
-        others = [hits[m] for m in members[1:]]
+        others = [hits[m] for m in members[1:]] if len(members) > 1 else []
         collapsed += len(others)
         total: Any = len(others) if total_as_int else {"value": len(others), "relation": "eq"}
         fields = top.get("fields")
-        if not isinstance(fields, dict):
-            fields = {}
-        top["fields"] = {**fields, GROUP_FIELD: [group_key(top)]}
+        key = [group_key(top)]
+        top["fields"] = {**fields, GROUP_FIELD: key} if isinstance(fields, dict) else {GROUP_FIELD: key}
         inner = top.get("inner_hits")
         inner = dict(inner) if isinstance(inner, dict) else {}
-        inner[INNER_HITS_NAME] = {"hits": {"total": total, "max_score": _max_score(others),
+        inner[INNER_HITS_NAME] = {"hits": {"total": total, "max_score": _max_score(others) if others else None,
                                            "hits": others}}
         top["inner_hits"] = inner
         page.append(top)
@@ -171,4 +184,5 @@ def summary(page: Page, threshold: float, mode: Mode, window: int, fingerprinted
         "window_groups": page.window_groups,
         "fingerprinted": fingerprinted,
         "complete": complete,
+        "pushdown": False,   # window collapsing (proxy.pushdown: native collapse on cluster ids)
     }

@@ -13,6 +13,9 @@ from fingerprint import FingerprintParams, group_labels, read_signatures, scheme
 from proxy.collapse import Algorithms
 
 
-def default_algorithms(params: FingerprintParams) -> Algorithms:
+def default_algorithms(params: FingerprintParams, tfidf_version: str = "") -> Algorithms:
+    """``tfidf_version``: the TF-IDF version (``neardup.tfidf.tfidf_version_of``) whose vectors
+    ``neardup_mode=tfidf`` compares; empty: none (no hit is grouped in that mode)."""
     read = partial(read_signatures, version=scheme_version(params), num_perm=params.num_perm)
-    return Algorithms(read=read, similar_pairs=similar_pairs, group_labels=group_labels)
+    return Algorithms(read=read, similar_pairs=similar_pairs, group_labels=group_labels,
+                      tfidf_version=tfidf_version)

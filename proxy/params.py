@@ -7,8 +7,11 @@ query parameter        header                      values
 =====================  ==========================  ===================================
 ``neardup``            ``X-Neardup``               ``on`` | ``off`` (also true/false)
 ``neardup_threshold``  ``X-Neardup-Threshold``     a number from 0 to 1
-``neardup_mode``       ``X-Neardup-Mode``          ``resemblance`` | ``containment``
+``neardup_mode``       ``X-Neardup-Mode``          ``resemblance`` | ``containment`` | ``tfidf``
 =====================  ==========================  ===================================
+
+``tfidf`` groups hits by the TF-IDF cosine of their stored vectors (:mod:`proxy.tfidf`); its
+threshold is ``tfidf.threshold`` unless the request gives ``neardup_threshold``.
 
 They are removed before the request goes upstream (Elasticsearch rejects unknown parameters).
 A query parameter wins over the header of the same meaning. Anything invalid — an unknown
@@ -30,8 +33,8 @@ from urllib.parse import unquote_plus
 from neardup.config import CollapseConfig, collapse_settings_for
 from proxy.errors import illegal_argument
 
-Mode = Literal["resemblance", "containment"]
-MODES: tuple[Mode, ...] = ("resemblance", "containment")
+Mode = Literal["resemblance", "containment", "tfidf"]
+MODES: tuple[Mode, ...] = ("resemblance", "containment", "tfidf")
 
 PARAM_SWITCH, PARAM_THRESHOLD, PARAM_MODE = "neardup", "neardup_threshold", "neardup_mode"
 HEADER_SWITCH, HEADER_THRESHOLD, HEADER_MODE = "X-Neardup", "X-Neardup-Threshold", "X-Neardup-Mode"
@@ -108,7 +111,7 @@ def _parse_mode(name: str, value: str) -> Mode:
     mode = value.strip().lower()
     if mode not in MODES:
         raise illegal_argument(f"Failed to parse value [{value}] for parameter [{name}]: "
-                               "must be one of [resemblance, containment]")
+                               f"must be one of [{', '.join(MODES)}]")
     return mode  # type: ignore[return-value]
 
 
@@ -157,16 +160,22 @@ def is_control_header(name: str) -> bool:
     return name.lower().startswith(HEADER_PREFIX)
 
 
-def resolve(controls: Controls, config: CollapseConfig, index: str) -> Settings:
+def resolve(controls: Controls, config: CollapseConfig, index: str,
+            tfidf_threshold: float | None = None) -> Settings:
     """Request controls over per-index configuration over global configuration.
 
     ``index`` is the index expression of the request; per-index overrides are matched against
-    its first name (``news-*,archive`` → ``news-*``).
+    its first name (``news-*,archive`` → ``news-*``). In ``tfidf`` mode the threshold, unless the
+    request gives one, is ``tfidf_threshold`` (``tfidf.threshold``: a cosine, another scale than
+    the shingle similarities of ``collapse.threshold``).
     """
     enabled, threshold, mode = collapse_settings_for(config, index.split(",", 1)[0].strip())
+    mode = controls.mode if controls.mode is not None else mode
+    if mode == "tfidf" and tfidf_threshold is not None:
+        threshold = tfidf_threshold
     return Settings(
         enabled=controls.enabled if controls.enabled is not None else enabled,
         threshold=controls.threshold if controls.threshold is not None else threshold,
-        mode=controls.mode if controls.mode is not None else mode,
+        mode=mode,
         forced=controls.enabled is True,
     )

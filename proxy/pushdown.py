@@ -10,7 +10,15 @@ field gives the number of groups of the whole result.
 When it applies (:func:`clusters_match`): every index behind the search has
 ``_meta.neardup_clusters`` with ``state: ready``, the same threshold, mode and scheme version,
 and no document without ``neardup.cluster`` (the caller counts them: native collapse puts all
-documents without a value into one group).
+documents without a value into one group); and the search asks for nothing native collapse
+cannot do or that would not reach the inner hits (:func:`refusal`).
+
+What the client asked for reaches the members too: the body's ``_source``, ``fields``,
+``docvalue_fields``, ``stored_fields``, ``highlight``, ``sort``… are copied into ``inner_hits``,
+and the query-string forms (``_source``, ``_source_includes``, ``_source_excludes``, ``sort``,
+``version``, ``seq_no_primary_term``, ``explain``, ``track_scores``), which Elasticsearch applies
+to the top-level hits only, are translated into the same ``inner_hits`` options
+(:func:`inner_options`). Members are in the client's sort order, at most ``inner_size`` of them.
 
 The response has the window-collapsing format (:mod:`proxy.collapse`): each kept hit carries its
 group key in ``fields["neardup.group"]`` (here the cluster id) and its other members under
@@ -22,9 +30,10 @@ cardinality, exact below 40,000 groups and approximate above). The added aggrega
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from proxy.collapse import GROUP_FIELD, INNER_HITS_NAME, SUMMARY_KEY, CollapseError
+from proxy.glob import glob_match
 
 CLUSTER_FIELD = "neardup.cluster"
 META_KEY = "neardup_clusters"
@@ -33,7 +42,20 @@ GROUPS_AGG = "neardup_groups"
 PRECISION_THRESHOLD = 40_000
 #: Keys of the client's body copied into ``inner_hits`` so members look like kept hits.
 _INNER_KEYS = ("_source", "fields", "docvalue_fields", "stored_fields", "highlight", "version",
-               "seq_no_primary_term", "explain", "script_fields")
+               "seq_no_primary_term", "explain", "script_fields", "sort", "track_scores")
+#: Elasticsearch's default ``index.max_inner_result_window``: inner hits ``from + size`` stay below.
+MAX_INNER_WINDOW = 100
+#: Body keys with which the search stays on the window path: native collapse refuses ``rescore``
+#: (and ``search_after``/``collapse``/scroll, which are never planned); a point in time has no
+#: index in the path to check.
+_REFUSED_KEYS = ("rescore", "pit", "search_after", "collapse")
+#: Query parameters (or msearch header keys) with which the search stays on the window path:
+#: they change which indices the search covers (the clusters are checked with the defaults), or
+#: select fields for the top-level hits only in a way not translated here.
+_REFUSED_PARAMS = frozenset({"expand_wildcards", "ignore_unavailable", "allow_no_indices", "ignore_throttled",
+                             "stored_fields", "docvalue_fields", "scroll"})
+#: Boolean query parameters that Elasticsearch applies to the top-level hits only.
+_BOOLEAN_PARAMS = ("version", "seq_no_primary_term", "explain", "track_scores")
 
 
 def clusters_match(metas: Mapping[str, Any], threshold: float, mode: str, version: str) -> bool:
@@ -55,23 +77,110 @@ def clusters_match(metas: Mapping[str, Any], threshold: float, mode: str, versio
     return True
 
 
+def refusal(body: Mapping[str, Any], params: Sequence[tuple[str, str, str]],
+            index: str = "") -> str | None:
+    """Why a planned search stays on the window path (a short reason), or None.
+
+    ``params``: the query parameters of the search (or the keys of an msearch item's header);
+    ``index``: its index expression (a remote cluster's index cannot be checked).
+    """
+    for key in _REFUSED_KEYS:
+        if key in body:
+            return f"body_{key}"
+    for name, _, _ in params:
+        if name in _REFUSED_PARAMS:
+            return f"param_{name}"
+    if ":" in index:
+        return "remote_index"
+    return None
+
+
+def _split(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _source_param(query: Mapping[str, str]) -> Any:
+    """The ``_source`` option the query-string parameters stand for (Elasticsearch's
+    ``FetchSourceContext.parseFromRestRequest``), or None when none is given."""
+    fetch: bool | None = None
+    includes = excludes = None
+    if "_source" in query:
+        value = query["_source"]
+        if value in ("true", "false"):
+            fetch = value == "true"
+        else:
+            includes = _split(value)
+    if "_source_includes" in query:
+        includes = _split(query["_source_includes"])
+    if "_source_excludes" in query:
+        excludes = _split(query["_source_excludes"])
+    if fetch is None and includes is None and excludes is None:
+        return None
+    if fetch is False:
+        return False
+    if includes is None and excludes is None:
+        return True
+    return {"includes": includes or [], "excludes": excludes or []}
+
+
+def _sort_param(value: str) -> list[Any]:
+    """``sort=a:desc,b`` as a body ``sort`` (the last ``:`` separates the order)."""
+    out: list[Any] = []
+    for part in _split(value):
+        name, colon, order = part.rpartition(":")
+        out.append({name: {"order": order}} if colon and name else part)
+    return out
+
+
+def inner_options(body: Mapping[str, Any], params: Sequence[tuple[str, str, str]]) -> dict[str, Any]:
+    """``inner_hits`` options that give the members what the top-level hits get.
+
+    ``body``: the upstream body (the client's, with the fields the proxy adds); ``params``: the
+    query parameters sent with it, which win over the body as they do in Elasticsearch.
+    """
+    inner = {key: body[key] for key in _INNER_KEYS if key in body}
+    query = {name: value for name, value, _ in params}
+    source = _source_param(query)
+    if source is not None:
+        inner["_source"] = source
+    if "sort" in query:
+        inner["sort"] = _sort_param(query["sort"])
+    for name in _BOOLEAN_PARAMS:
+        if name in query:
+            inner[name] = query[name] in ("", "true")
+    return inner
+
+
 def missing_clusters_query() -> dict[str, Any]:
     """Count this: push-down needs it to be 0."""
     return {"bool": {"must_not": [{"exists": {"field": CLUSTER_FIELD}}]}}
 
 
-def pushdown_body(body: Mapping[str, Any], start: int, size: int, inner_size: int) -> dict[str, Any]:
-    """The client's search body with native collapse, inner hits and the group count added."""
+def inner_size_for(size: int, max_window: int) -> int:
+    """Members shown per group: all the inner hits window allows, but about ``max_window``
+    documents per page in all (as the window path fetches at most ``max_window`` hits)."""
+    return max(0, min(MAX_INNER_WINDOW - 1, max_window // max(size, 1) - 1))
+
+
+def pushdown_body(body: Mapping[str, Any], start: int, size: int, inner_size: int,
+                  params: Sequence[tuple[str, str, str]] = ()) -> dict[str, Any]:
+    """The search body with native collapse, inner hits and the group count added.
+
+    The count is a ``cardinality`` aggregation on the cluster field; with a ``post_filter``
+    (which aggregations do not see) it is taken inside a ``filter`` aggregation of it, so it
+    counts the groups the pages show.
+    """
     out = dict(body)
     out["from"], out["size"] = start, size
-    inner: dict[str, Any] = {"name": INNER_HITS_NAME, "size": inner_size + 1}  # the kept hit is one of them
-    for key in _INNER_KEYS:
-        if key in body:
-            inner[key] = body[key]
+    inner: dict[str, Any] = {"name": INNER_HITS_NAME, "size": inner_size + 1,  # the kept hit is one of them
+                             **inner_options(body, params)}
     out["collapse"] = {"field": CLUSTER_FIELD, "inner_hits": inner}
     aggs_key = "aggregations" if "aggregations" in body else "aggs"
     aggs = dict(body.get(aggs_key) or {})
-    aggs[GROUPS_AGG] = {"cardinality": {"field": CLUSTER_FIELD, "precision_threshold": PRECISION_THRESHOLD}}
+    count = {"cardinality": {"field": CLUSTER_FIELD, "precision_threshold": PRECISION_THRESHOLD}}
+    if "post_filter" in body:
+        count = {"filter": body["post_filter"], "aggs": {GROUPS_AGG: count}}
+    aggs[GROUPS_AGG] = count
     out[aggs_key] = aggs
     return out
 
@@ -79,12 +188,32 @@ def pushdown_body(body: Mapping[str, Any], start: int, size: int, inner_size: in
 def _asked_for_cluster(body: Mapping[str, Any]) -> bool:
     fields = body.get("fields") or []
     names = [f if isinstance(f, str) else f.get("field") for f in fields if isinstance(f, (str, dict))]
-    return any(name in (CLUSTER_FIELD, "neardup.*", "*") for name in names)
+    return any(isinstance(name, str) and glob_match(name, CLUSTER_FIELD) for name in names)
+
+
+def _is_groups_agg(name: str) -> bool:
+    """The added aggregation's key, also as ``typed_keys=true`` names it (``cardinality#…``)."""
+    return name == GROUPS_AGG or name.endswith("#" + GROUPS_AGG)
+
+
+def _pop_groups_total(aggregations: dict[str, Any]) -> Any:
+    """Remove the added aggregation; its value (inside the post_filter's ``filter`` if any)."""
+    value: Any = None
+    for name in [n for n in aggregations if _is_groups_agg(n)]:
+        value = aggregations.pop(name)
+    while isinstance(value, Mapping) and "value" not in value:
+        value = next((v for n, v in value.items() if _is_groups_agg(n)), None)
+    return value.get("value") if isinstance(value, Mapping) else None
 
 
 def pushdown_response(response: Any, body: Mapping[str, Any], threshold: float, mode: str,
-                      total_as_int: bool = False) -> dict[str, Any]:
-    """Elasticsearch's collapsed response in the window-collapsing format (see the module)."""
+                      total_as_int: bool = False, inner_size: int | None = None) -> dict[str, Any]:
+    """Elasticsearch's collapsed response in the window-collapsing format (see the module).
+
+    ``body``: the client's body (it decides whether ``neardup.cluster`` stays in ``fields``);
+    ``inner_size``: members kept per group (the kept hit, when it is not among its group's
+    inner hits, e.g. on a score tie, leaves one more).
+    """
     if not isinstance(response, dict) or not isinstance(response.get("hits"), dict):
         raise CollapseError("search response has no hits object")
     hits = response["hits"].get("hits")
@@ -96,10 +225,14 @@ def pushdown_response(response: Any, body: Mapping[str, Any], threshold: float, 
         fields = hit.get("fields") if isinstance(hit, dict) else None
         group = fields.get(CLUSTER_FIELD) if isinstance(fields, dict) else None
         inner = ((hit.get("inner_hits") or {}).get(INNER_HITS_NAME) or {}).get("hits")
-        if not isinstance(group, list) or not isinstance(inner, dict) or not isinstance(inner.get("hits"), list):
-            raise CollapseError("collapsed hit without its group or inner hits")
+        if not isinstance(group, list) or not group or not isinstance(group[0], str) \
+                or not isinstance(inner, dict) or not isinstance(inner.get("hits"), list):
+            # also a document without a cluster id (indexed since the check): its group is null
+            raise CollapseError("collapsed hit without its cluster id or inner hits")
         members = [h for h in inner["hits"]
                    if not (h.get("_id") == hit.get("_id") and h.get("_index") == hit.get("_index"))]
+        if inner_size is not None:
+            members = members[:inner_size]
         total = inner.get("total")
         count = (total.get("value") if isinstance(total, dict) else total)
         others = max(int(count) - 1, len(members)) if isinstance(count, int) else len(members)
@@ -115,7 +248,7 @@ def pushdown_response(response: Any, body: Mapping[str, Any], threshold: float, 
         hit["fields"] = new_fields
     out = dict(response)
     aggregations = dict(out.get("aggregations") or {})
-    groups_total = (aggregations.pop(GROUPS_AGG, None) or {}).get("value")
+    groups_total = _pop_groups_total(aggregations)
     if aggregations:
         out["aggregations"] = aggregations
     else:

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from proxy import collapse, filter_path
+from proxy import collapse, filter_path, tfidf
 from proxy.glob import glob_match
 from proxy.params import Settings, has_invalid_escape
 
@@ -112,8 +112,13 @@ def _names(spec: Any) -> list[str] | None:
     return names
 
 
-def _matches_fingerprint(patterns: Sequence[str]) -> list[str]:
-    return [name for name in FINGERPRINT_FIELDS if any(glob_match(p, name) for p in patterns)]
+def fingerprint_fields_for(mode: str) -> tuple[str, ...]:
+    """The stored fields grouping reads in ``mode``: the TF-IDF vector in ``tfidf`` mode."""
+    return tfidf.TFIDF_FIELDS if mode == tfidf.MODE else FINGERPRINT_FIELDS
+
+
+def _matches_fingerprint(patterns: Sequence[str], names: Sequence[str] = FINGERPRINT_FIELDS) -> list[str]:
+    return [name for name in names if any(glob_match(p, name) for p in patterns)]
 
 
 def _is_true(value: str) -> bool:
@@ -151,8 +156,9 @@ def plan_search(body: dict[str, Any], params: list[tuple[str, str, str]], settin
         return Skip("unexpected_field_options")
     if "_none_" in stored:
         return Skip("stored_fields_none")
-    if _matches_fingerprint(stored) or _matches_fingerprint(docvalues) or \
-            _matches_fingerprint(list(script_fields)):
+    needed = fingerprint_fields_for(settings.mode)
+    if _matches_fingerprint(stored, needed) or _matches_fingerprint(docvalues, needed) or \
+            _matches_fingerprint(list(script_fields), needed):
         return Skip("fingerprint_field_requested")
     source_params = {"_source", "_source_includes", "_source_excludes"} & query.keys()
     whole_source = (body.get("_source", True) is True and not stored
@@ -161,8 +167,8 @@ def plan_search(body: dict[str, Any], params: list[tuple[str, str, str]], settin
     channel: collapse.Channel = "_source" if whole_source else "fields"
     added: tuple[str, ...] = ()
     if channel == "fields":
-        wanted = set(_matches_fingerprint(fields))
-        added = tuple(name for name in FINGERPRINT_FIELDS if name not in wanted)
+        wanted = set(_matches_fingerprint(fields, needed))
+        added = tuple(name for name in needed if name not in wanted)
     return Plan(
         body=body,
         params=[p for p in params if p[0] not in _TAKEN_PARAMS],
@@ -220,16 +226,16 @@ class Window:
         took = response.get("took")
         self.took += took if isinstance(took, int) else 0
         self.fetched += len(page)
-        new = 0
+        seen, kept = self._seen, self.hits
+        before = len(kept)
         for hit in page:
             key = _identity(hit)
             if key is not None:
-                if key in self._seen:
+                if key in seen:
                     continue
-                self._seen.add(key)
-            self.hits.append(hit)
-            new += 1
-        self.exhausted = len(page) < requested or new == 0
+                seen.add(key)
+            kept.append(hit)
+        self.exhausted = len(page) < requested or len(kept) == before
 
     def next_round(self, groups: int) -> tuple[int, int] | None:
         """(offset, count) of the next round, or None when the window is final."""
@@ -243,8 +249,9 @@ def _identity(hit: Any) -> tuple[Any, ...] | None:
     """(``_index``, ``_id``, ``_routing``) of a hit that has an id, else None."""
     if not isinstance(hit, dict):
         return None
-    key = (hit.get("_index"), hit.get("_id"), hit.get("_routing"))
-    if isinstance(key[1], str) and all(part is None or isinstance(part, str) for part in key):
+    index, doc_id, routing = key = (hit.get("_index"), hit.get("_id"), hit.get("_routing"))
+    if isinstance(doc_id, str) and (index is None or isinstance(index, str)) \
+            and (routing is None or isinstance(routing, str)):
         return key
     return None
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from proxy import collapse, errors, filter_path, jsonio, similarity
+from proxy import collapse, errors, filter_path, jsonio, pushdown_search, similarity
 from proxy import http as httpx
 from proxy.params import Controls, Settings, has_invalid_escape, resolve, split_query
 from proxy.routes import index_of
@@ -165,7 +165,8 @@ async def search(state: "ProxyState", request: web.Request, raw_path: str, query
             raise errors.illegal_argument(_REFUSED_WHEN_FORCED[plan.reason] + " [neardup=on]")
         return await _pass(state, incoming, plan.reason)
     try:
-        return await _collapse_one(state, incoming, plan)
+        pushed = await pushdown_search.search(state, incoming, plan)  # None: collapse the window
+        return pushed if pushed is not None else await _collapse_one(state, incoming, plan)
     except FailOpen as exc:
         return await _fail_open(state, incoming, exc)
     except errors.ProxyError:
@@ -244,6 +245,7 @@ class Item:
     result: Any = None
     pending: tuple[int, int] | None = None   # next (offset, count) for a planned item
     original: bool = False                   # send the original body next (fallback)
+    pushdown: bool = False                   # send it as native collapse on cluster ids next
     groups: list[list[int]] = field(default_factory=list)
     fingerprinted: int = 0
 
@@ -270,6 +272,7 @@ async def msearch(state: "ProxyState", request: web.Request, raw_path: str, quer
     if not any(item.plan for item in items):
         return await _pass(state, incoming, "nothing_to_collapse")
     try:
+        await pushdown_search.mark(state, incoming, items)
         return await _collapse_many(state, incoming, items, params, client_filter)
     except errors.ProxyError:
         raise
@@ -294,7 +297,7 @@ def _parse_msearch(body: bytes, params: list[tuple[str, str, str]], controls: Co
             raise ValueError("msearch line is not an object")
         index = header.get("index", path_index)
         index = ",".join(map(str, index)) if isinstance(index, list) else str(index)
-        settings = resolve(controls, state.config.collapse, index)
+        settings = resolve(controls, state.config.collapse, index, state.config.tfidf.threshold)
         plan = None
         if settings.enabled:
             planned = plan_search(search_body, item_params, settings, state.config.collapse.max_window)
@@ -331,6 +334,8 @@ async def _collapse_many(state: "ProxyState", incoming: Incoming, items: list[It
         for item in batch:
             if item.original:
                 lines += [item.header, item.body]
+            elif item.pushdown:
+                lines += [item.header, pushdown_search.item_body(state, item)]
             else:
                 assert item.plan is not None and item.pending is not None
                 _, body = round_request(item.plan, *item.pending)
@@ -351,7 +356,10 @@ async def _collapse_many(state: "ProxyState", incoming: Incoming, items: list[It
             first, first_headers = reply, upstream_headers
         took += reply.get("took", 0) if isinstance(reply.get("took"), int) else 0
         for item, answer in zip(batch, responses):
-            _advance_item(state, item, answer)
+            if item.pushdown:  # answered, or back to the window path for the next round
+                pushdown_search.take_answer(state, incoming, item, answer)
+            else:
+                _advance_item(state, item, answer)
     collapsed = 0
     results = []
     for item in items:

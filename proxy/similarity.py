@@ -7,7 +7,8 @@ only, with the estimators grouping uses (:mod:`fingerprint.similarity`), for kep
 collapsed hit ``m`` with ``K`` minhash slots and shingle counts ``a = |R|``, ``b = |M|``:
 
 * resemblance: ``Ĵ(r, m) = (equal slots) / K``;
-* containment: ``max(Ĉ(r in m), Ĉ(m in r))`` with ``Ĉ(A, B) = Ĵ (a + b) / ((1 + Ĵ) a)``.
+* containment: ``max(Ĉ(r in m), Ĉ(m in r))`` with ``Ĉ(A, B) = Ĵ (a + b) / ((1 + Ĵ) a)``;
+* tfidf: the cosine of their stored TF-IDF vectors (:mod:`proxy.tfidf`).
 
 The value goes into the collapsed hit's ``fields["neardup.similarity"]`` (a one-element list,
 as Elasticsearch's ``fields`` values are), rounded to 4 decimals. A mode without an estimator
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from fingerprint.similarity import containment_from_resemblance
+from proxy import tfidf
 from proxy.collapse import Channel, Reader, stored_fingerprint
 
 if TYPE_CHECKING:
@@ -57,6 +59,9 @@ def annotate(hits: Sequence[dict[str, Any]], groups: Sequence[Sequence[int]], ch
     """
     estimator = ESTIMATORS.get(mode)
     folded = [members for members in groups if len(members) > 1]
+    if mode == tfidf.MODE and folded:
+        _annotate_cosines(hits, folded, channel)
+        return
     if estimator is None or not folded:
         return
     positions = [position for members in folded for position in members]
@@ -71,9 +76,27 @@ def annotate(hits: Sequence[dict[str, Any]], groups: Sequence[Sequence[int]], ch
     a, b = row[kept[chosen]], row[chosen]
     values = np.asarray(estimator(signatures[a], signatures[b], counts[a], counts[b]), dtype=np.float64)
     for k, value in zip(chosen.tolist(), values.tolist()):
-        hit = hits[positions[k]]
-        fields = hit.get("fields")
-        hit["fields"] = {**(fields if isinstance(fields, dict) else {}), SIMILARITY_FIELD: [round(value, 4)]}
+        _set_similarity(hits[positions[k]], value)
+
+
+def _annotate_cosines(hits: Sequence[dict[str, Any]], folded: Sequence[Sequence[int]], channel: Channel) -> None:
+    """``tfidf`` mode: the TF-IDF cosine of each collapsed hit's vector to its kept hit's (grouping
+    admitted only vectors of one version, so the kept hit's version is the one to compare)."""
+    for members in folded:
+        kept = tfidf.stored_vector(hits[members[0]], channel)
+        version = kept.get("v") if isinstance(kept, dict) else None
+        if not isinstance(version, str):
+            continue
+        others = [hits[m] for m in members[1:]]
+        values = tfidf.cosines([(kept, tfidf.stored_vector(hit, channel)) for hit in others], version)
+        for hit, value in zip(others, values):
+            if value is not None:
+                _set_similarity(hit, value)
+
+
+def _set_similarity(hit: dict[str, Any], value: float) -> None:
+    fields = hit.get("fields")
+    hit["fields"] = {**(fields if isinstance(fields, dict) else {}), SIMILARITY_FIELD: [round(value, 4)]}
 
 
 def annotate_page(window: "Window", groups: Sequence[Sequence[int]], read: Reader) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from proxy.collapse import CollapseError
-from proxy.pushdown import GROUPS_AGG, clusters_match, pushdown_body, pushdown_response
+from proxy.pushdown import (GROUPS_AGG, clusters_match, inner_options, inner_size_for, pushdown_body,
+                            pushdown_response, refusal)
 
 READY = {"neardup_clusters": {"state": "ready", "threshold": 0.8, "mode": "resemblance", "version": "3-abc"}}
 
@@ -76,3 +77,83 @@ def test_a_response_without_groups_is_refused_for_fail_open():
         pushdown_response(answer, {}, 0.8, "resemblance")
     with pytest.raises(CollapseError):
         pushdown_response({"hits": "no"}, {}, 0.8, "resemblance")
+
+
+# --- what reaches the inner hits, and when a search stays on the window path -----------------------------
+
+def test_query_string_options_reach_the_members_too():
+    params = [("_source_includes", "title,body", "_source_includes=title,body"),
+              ("_source_excludes", "body", "_source_excludes=body"), ("sort", "date:desc,_score", "sort=..."),
+              ("version", "true", "version=true"), ("typed_keys", "true", "typed_keys=true")]
+    inner = inner_options({"highlight": {"fields": {"body": {}}}, "fields": ["neardup.v"], "sort": ["x"]}, params)
+    assert inner == {"highlight": {"fields": {"body": {}}}, "fields": ["neardup.v"],
+                     "_source": {"includes": ["title", "body"], "excludes": ["body"]},
+                     "sort": [{"date": {"order": "desc"}}, "_score"], "version": True}
+    assert inner_options({"_source": ["title"]}, [("_source", "false", "_source=false")])["_source"] is False
+    assert inner_options({}, [("_source", "title", "_source=title")])["_source"] == {"includes": ["title"],
+                                                                                     "excludes": []}
+    assert inner_options({"_source": ["title"]}, []) == {"_source": ["title"]}
+
+
+def test_searches_native_collapse_cannot_take_stay_on_the_window_path():
+    assert refusal({"query": {}}, [("routing", "a", "routing=a")], "news-*,archive") is None
+    assert refusal({"rescore": {}}, []) == "body_rescore"
+    assert refusal({"pit": {"id": "x"}}, []) == "body_pit"
+    assert refusal({}, [("expand_wildcards", "all", "expand_wildcards=all")]) == "param_expand_wildcards"
+    assert refusal({}, [("stored_fields", "a", "stored_fields=a")]) == "param_stored_fields"
+    assert refusal({}, [], "remote:news") == "remote_index"
+
+
+def test_members_per_group_stay_within_the_inner_window_and_the_page_budget():
+    assert inner_size_for(10, 1000) == 99
+    assert inner_size_for(100, 1000) == 9
+    assert inner_size_for(5000, 1000) == 0
+
+
+def test_group_count_with_a_post_filter_and_typed_keys():
+    body = pushdown_body({"post_filter": {"term": {"t": "x"}}}, 0, 10, inner_size=3)
+    assert body["aggs"][GROUPS_AGG] == {"filter": {"term": {"t": "x"}}, "aggs": {GROUPS_AGG: {"cardinality": {
+        "field": "neardup.cluster", "precision_threshold": 40000}}}}
+    answer = recorded()
+    answer["aggregations"] = {f"filter#{GROUPS_AGG}": {"doc_count": 9, f"cardinality#{GROUPS_AGG}": {"value": 5}},
+                              "sterms#t": {"buckets": []}}
+    out = pushdown_response(answer, {}, 0.8, "resemblance", inner_size=0)
+    assert out["neardup"]["groups_total"] == 5 and out["aggregations"] == {"sterms#t": {"buckets": []}}
+    assert out["hits"]["hits"][0]["inner_hits"]["neardup"]["hits"]["hits"] == []  # inner_size 0
+    assert out["hits"]["hits"][0]["inner_hits"]["neardup"]["hits"]["total"]["value"] == 2  # still counted
+
+
+def test_a_document_without_a_cluster_id_makes_the_answer_unusable():
+    answer = recorded()
+    del answer["hits"]["hits"][1]["fields"]  # native collapse groups the documents without a value
+    with pytest.raises(CollapseError):
+        pushdown_response(answer, {}, 0.8, "resemblance")
+
+
+def test_cached_facts_are_shared_and_expire():
+    import asyncio
+
+    from proxy.pushdown_search import Facts, FactsCache
+
+    calls = []
+
+    async def check() -> Facts:
+        calls.append(1)
+        await asyncio.sleep(0.01)
+        return Facts({"a": READY}, True)
+
+    async def scenario() -> None:
+        cache = FactsCache(seconds=0.2)
+        first = await asyncio.gather(*(cache.get(("a", ""), check) for _ in range(5)))
+        assert len(calls) == 1 and all(f.allow(0.8, "resemblance", "3-abc") for f in first)
+        await cache.get(("a", "someone else"), check)
+        assert len(calls) == 2
+        await asyncio.sleep(0.25)
+        await cache.get(("a", ""), check)
+        assert len(calls) == 3
+        cache.forget(("a", ""))
+        await cache.get(("a", ""), check)
+        assert len(calls) == 4
+
+    asyncio.run(scenario())
+    assert not Facts({"a": READY}, False).allow(0.8, "resemblance", "3-abc")

@@ -95,7 +95,7 @@ MIXED_DOCS = [
     {"id": "non-string", "title": 12, "body": True},
     {"id": "empty", "title": "", "body": "   "},
     {"id": "keep-extra", "title": "Extra", "body": "A document whose neardup object has a key of a later feature.",
-     FIELD: {"cluster": 42}},
+     FIELD: {"note": 42}},
     {"id": "unicode", "title": "Ünïcödé ё", "body": "Съешь же ещё этих мягких французских булок, да выпей чаю.",
      "price": 1.5, "tags": ["a", "b"], "nested": {"deep": [1, 2, 3], "none": None, "z": "\u0001 / \u00e9"}},
 ]
@@ -123,7 +123,7 @@ def test_index_enriches_counts_skips_and_leaves_the_rest_unchanged(es, es_url, n
         texts = [t if isinstance(t, str) else "\n".join(t) for t in (original["title"], original["body"])]
         expected = fp.fingerprint_fields(texts).to_source()
         assert {k: source[FIELD][k] for k in expected} == expected, doc_id
-    assert docs["keep-extra"]["_source"][FIELD]["cluster"] == 42
+    assert docs["keep-extra"]["_source"][FIELD]["note"] == 42
 
     mapping = es.indices.get_mapping(index=name)[name]["mappings"]["properties"][FIELD]["properties"]
     assert mapping["super"] == {"type": "keyword"} and mapping["sig"]["type"] == "binary"

@@ -148,12 +148,13 @@ def test_text_fields_lists_source_fields_only():
 # --- enrichment of documents and lines ------------------------------------------------------------
 
 def test_add_fingerprint_adds_what_fingerprint_computes_and_keeps_other_keys(fp):
-    doc = {"title": "T", "body": TEXT_A, "n": 1.5, FIELD: {"cluster": 7, "v": "0-old"}}
+    # (``cluster`` and ``bands`` are not kept when the fingerprint changes: tests/test_cluster_stale.py)
+    doc = {"title": "T", "body": TEXT_A, "n": 1.5, FIELD: {"note": 7, "v": "0-old"}}
     out = add_fingerprint(doc, ["title", "body"], fp)
     expected = fp.fingerprint_fields(["T", TEXT_A]).to_source()
-    assert out[FIELD] == {"cluster": 7, **expected}
+    assert out[FIELD] == {"note": 7, **expected}
     assert {k: v for k, v in out.items() if k != FIELD} == {k: v for k, v in doc.items() if k != FIELD}
-    assert doc[FIELD] == {"cluster": 7, "v": "0-old"}  # the input is not modified
+    assert doc[FIELD] == {"note": 7, "v": "0-old"}  # the input is not modified
     assert add_fingerprint({"title": 3}, ["title"], fp) == {"title": 3}
 
 

@@ -1,0 +1,133 @@
+"""No document is grouped by an outdated cluster id.
+
+When the indexer writes a *changed* fingerprint (``neardup index``, ``neardup enrich``,
+``neardup load``), the cluster values derived from the old one (``neardup.cluster``,
+``neardup.bands``) go with it; an unchanged fingerprint keeps them. The proxy's push-down then
+sees a document without a cluster id and collapses the window instead, until
+``neardup cluster --incremental`` places the document again.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import uuid
+from typing import Any, Iterator
+
+import pytest
+from elasticsearch import Elasticsearch, helpers
+
+from fingerprint import Fingerprint, Fingerprinter, FingerprintParams, estimated_resemblance
+from indexer.enrich import cleared_cluster_keys, enrich_line, merged_neardup
+from neardup.corpora import reuters_documents
+from proxy.pushdown import missing_clusters_query
+from tests.plugins.corpora import run_neardup
+from tests.test_proxy_support import ProxyThread, make_config
+
+FP = Fingerprinter(FingerprintParams())
+TEXT = "Crude oil prices rose sharply on Monday after the cartel agreed to cut output by a million barrels"
+OTHER = "The central bank left interest rates unchanged and said inflation remained close to its target"
+
+
+def stored(text: str, **extra: Any) -> dict[str, Any]:
+    return {**FP.fingerprint_fields([text]).to_source(), **extra}
+
+
+# --- pure: the merge used by enrich/load, the partial update used by index ---------------------------
+
+def test_a_changed_fingerprint_drops_the_cluster_values():
+    old = stored(OTHER, cluster="c7", bands=["00ff"], duplicate_of="d1")
+    merged = merged_neardup(old, FP.fingerprint_fields([TEXT]))
+    assert "cluster" not in merged and "bands" not in merged
+    assert merged["duplicate_of"] == "d1" and merged["sig"] == stored(TEXT)["sig"]
+    assert cleared_cluster_keys(old, stored(TEXT)) == {"cluster": None, "bands": None}
+
+
+def test_an_unchanged_fingerprint_keeps_them():
+    same = stored(TEXT, cluster="c7", bands=["00ff"])
+    assert merged_neardup(same, FP.fingerprint_fields([TEXT])) == same
+    assert cleared_cluster_keys(same, stored(TEXT)) == {}
+    assert cleared_cluster_keys(stored(OTHER), stored(TEXT)) == {}  # nothing to clear
+    assert cleared_cluster_keys(None, stored(TEXT)) == {}
+
+
+def test_enrich_lines_drop_outdated_cluster_ids():
+    line = json.dumps({"id": "1", "body": TEXT, "neardup": stored(OTHER, cluster="c7", bands=["ab"])})
+    out = json.loads(enrich_line(line, ["body"], FP).render())
+    assert out["neardup"]["sig"] == stored(TEXT)["sig"] and "cluster" not in out["neardup"]
+    line = json.dumps({"id": "1", "body": TEXT, "neardup": stored(TEXT, cluster="c7", bands=["ab"])})
+    assert json.loads(enrich_line(line, ["body"], FP).render())["neardup"]["cluster"] == "c7"
+
+
+# --- real Elasticsearch: neardup index, neardup cluster, the proxy ---------------------------------------
+
+@pytest.fixture
+def small_index(es: Elasticsearch) -> Iterator[tuple[str, dict[str, dict[str, Any]]]]:
+    """30 real stories and a copy of the first with one word changed (a near-duplicate)."""
+    stories = list(itertools.islice((d for d in reuters_documents(with_body_only=True)
+                                     if len(d["body"].split()) >= 200), 30))
+    docs = {f"s{k:02d}": {"title": s["title"], "body": s["body"]} for k, s in enumerate(stories)}
+    words = stories[0]["body"].split()
+    words[-10] = "zyxwv"
+    docs["s00-copy"] = {"title": stories[0]["title"], "body": " ".join(words)}
+    name = f"cluster-stale-{uuid.uuid4().hex[:8]}"
+    es.indices.create(index=name, settings={"number_of_shards": 1, "number_of_replicas": 0})
+    helpers.bulk(es, ({"_index": name, "_id": k, "_source": d} for k, d in docs.items()), refresh=True)
+    try:
+        yield name, docs
+    finally:
+        es.options(ignore_status=404).indices.delete(index=name)
+
+
+def neardup(es_url: str, *args: str) -> dict[str, Any]:
+    result = run_neardup([*args, "--json"], es_url)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    return json.loads(result.stdout)
+
+
+def values(es: Elasticsearch, index: str) -> dict[str, dict[str, Any]]:
+    return {hit["_id"]: hit["_source"]["neardup"] for hit in helpers.scan(es, index=index, _source=["neardup"])}
+
+
+def pushed_down(es_url: str, index: str) -> bool:
+    """Whether a fresh proxy (no cached facts) pushes a search of ``index`` down."""
+    with ProxyThread(make_config(es_url)) as running, running.client() as client:
+        response = client.search(index=index, query={"match": {"body": "the"}}, size=5).body
+        return response["neardup"]["pushdown"]
+
+
+@pytest.mark.es
+def test_reindexing_a_changed_document_clears_its_cluster_until_the_next_run(es, es_url, small_index):
+    index, docs = small_index
+    neardup(es_url, "index", "--index", index)
+    neardup(es_url, "cluster", "--index", index, "--threshold", "0.8")
+    before = values(es, index)
+    assert before["s00-copy"]["cluster"] == before["s00"]["cluster"] == "s00"
+    assert es.count(index=index, query=missing_clusters_query())["count"] == 0
+    assert pushed_down(es_url, index)
+
+    # the application rewrites the copy's text (a partial update: the old neardup values stay)
+    es.update(index=index, id="s00-copy", doc={"body": docs["s05"]["body"] + " Revised."}, refresh=True)
+    summary = neardup(es_url, "index", "--index", index, "--force")
+    assert summary["failed"] == 0
+    after = values(es, index)
+    changed = after["s00-copy"]
+    assert changed["sig"] != before["s00-copy"]["sig"]
+    assert changed["cluster"] is None and changed["bands"] is None  # written as null: no value
+    for key in docs:  # unchanged fingerprints keep their cluster values
+        if key != "s00-copy":
+            assert after[key] == before[key]
+    assert es.count(index=index, query=missing_clusters_query())["count"] == 1
+    assert not pushed_down(es_url, index)
+
+    placed = neardup(es_url, "cluster", "--index", index, "--threshold", "0.8", "--incremental")
+    assert placed["new_documents"] == 1 and placed["failed"] == 0
+    final = values(es, index)
+    assert final["s00"]["cluster"] == "s00"
+    fingerprints = {k: Fingerprint.from_source({f: final[k][f] for f in ("v", "sig", "n", "super", "mega")})
+                    for k in ("s00", "s05", "s00-copy")}
+    assert estimated_resemblance(fingerprints["s00-copy"], fingerprints["s00"]) < 0.8
+    linked = estimated_resemblance(fingerprints["s00-copy"], fingerprints["s05"]) >= 0.8
+    assert final["s00-copy"]["cluster"] == ("s05" if linked else "s00-copy")  # placed by its new text
+    assert es.count(index=index, query=missing_clusters_query())["count"] == 0
+    assert pushed_down(es_url, index)
