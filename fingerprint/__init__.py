@@ -2,7 +2,8 @@
 
 See :mod:`fingerprint.fingerprinter` for the pipeline, :mod:`fingerprint.canonical` for
 canonical text, :mod:`fingerprint.hashing` for the hash functions and their math,
-:mod:`fingerprint.wordcache` for the word cache, :mod:`fingerprint.model` for the stored
+:mod:`fingerprint.wordcache` for the word cache, :mod:`fingerprint.jit` for the optional
+compiled kernels (loaded at first use, never at import), :mod:`fingerprint.model` for the stored
 field layout and :mod:`fingerprint.similarity` for the similarity measures.
 """
 

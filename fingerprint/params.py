@@ -10,6 +10,7 @@ makes old fingerprints recognisably stale instead of silently wrong.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -75,11 +76,13 @@ class FingerprintParams:
         return dataclasses.asdict(self)
 
 
+@functools.lru_cache(maxsize=64)
 def scheme_version(params: FingerprintParams) -> str:
     """A short, stable identifier of the scheme: ``"<algorithm>-<digest of params>"``.
 
     The digest is over the canonical JSON of the parameters, so it is the same on every
-    machine and Python version.
+    machine and Python version. Cached per (frozen, hashable) parameter set: the proxy asks
+    for it on every search.
     """
     payload = json.dumps(params.as_dict(), sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(payload.encode("utf-8")).hexdigest()[:10]

@@ -295,12 +295,18 @@ class Job:
                 self.progress.tick(self.result.stats)
         self.result.seconds["write"] = self.result.seconds.get("write", 0.0) + time.perf_counter() - started
 
+    def timed(self, label: str, started: float) -> None:
+        self.result.seconds[label] = self.result.seconds.get(label, 0.0) + time.perf_counter() - started
+
     def refresh(self) -> None:
+        started = time.perf_counter()
         self.retrier.call("refreshing", lambda: self.client.indices.refresh(index=self.options.index))
+        self.timed("refresh", started)
 
     # ---- _meta ----
 
     def put_meta(self, state: str, **figures: Any) -> None:
+        started = time.perf_counter()
         value = self.settings.meta(state, **figures)
         for index in self.indices:
             current = dict(self.root_mappings.get(index, {}).get("_meta") or {})
@@ -308,6 +314,7 @@ class Job:
             self.retrier.call("recording the clusters in _meta",
                               lambda: self.client.indices.put_mapping(index=index, meta=current))
             self.root_mappings.setdefault(index, {})["_meta"] = current
+        self.timed("meta", started)
 
 
 def _unused_fingerprint_source(source: Mapping[str, Any]):  # pragma: no cover - ClusterUpdater overrides its use
@@ -561,7 +568,9 @@ def run_cluster(config: Config, options: ClusterOptions, *, progress: Progress |
         progress = progress or Progress.for_stream(sys.stderr, f"cluster {options.index}")
         progress.add_total(documents)
         job = Job(config, options, client, retrier, settings, params, indices, plan.root_mappings, result, progress)
+        mapping_started = time.perf_counter()
         put_neardup_mapping(client, retrier, options.index, plan)
+        job.timed("mapping", mapping_started)
         if options.incremental:
             report = run_incremental(job)
         elif strategy == "memory":

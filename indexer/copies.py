@@ -130,14 +130,13 @@ def shingle_documents(client: Elasticsearch, retrier: Retrier, fp: Fingerprinter
                 out.read += 1
                 texts = document_texts(hit.get("_source") or {}, options.fields)
                 out.outcomes[texts.outcome] += 1
-                if texts.outcome != "ok":
-                    continue
-                start = time.perf_counter()
-                out.sets.append(fp.shingles(fp.canonical_tokens("\n".join(texts.texts))))
-                out.shingle_seconds += time.perf_counter() - start
-                where.append((hit["_index"], hit["_id"]))
-                if out.read % PROGRESS_EVERY == 0:
-                    log.info("read %d documents of %s", out.read, options.index)
+                if texts.outcome == "ok":
+                    start = time.perf_counter()
+                    out.sets.append(fp.shingles(fp.canonical_tokens("\n".join(texts.texts))))
+                    out.shingle_seconds += time.perf_counter() - start
+                    where.append((hit["_index"], hit["_id"]))
+            if out.read // PROGRESS_EVERY != (out.read - len(page)) // PROGRESS_EVERY:
+                log.info("read %d documents of %s", out.read, options.index)
     finally:
         reader.close()
     several = len({index for index, _ in where}) > 1
@@ -307,7 +306,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="share of the source's shingles (0 < S <= 1) the copier must hold "
                         "(default: copies.min_share, 0.05)")
     parser.add_argument("--min-shared", type=_positive, metavar="N",
-                        help="... and at least N of the source's shingles (default: copies.min_shared, 5)")
+                        help="the copier must also hold at least N of the source's shingles: in a tiny "
+                        "source, 5 %% is one shared phrase (default: copies.min_shared, 5)")
     parser.add_argument("--max-df", type=_count, metavar="D",
                         help="leave out shingles found in more than D documents; 0 keeps all "
                         "(default: copies.max_df, 100)")

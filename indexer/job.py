@@ -216,7 +216,9 @@ def run_slice(config: Config, options: IndexOptions, spec: SliceSpec, version: s
             stats.read_seconds += time.perf_counter() - started
             stats.read += len(hits)
             if tfidf is not None:
-                count_page(tfidf, hits, options.fields)
+                started = time.perf_counter()
+                stats.tfidf_counted += count_page(tfidf, hits, options.fields)
+                stats.tfidf_seconds += time.perf_counter() - started
             pending = [p for p in (updater.pending_from_hit(hit) for hit in hits) if p is not None]
             updater.write(pending)
             report_progress()

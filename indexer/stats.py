@@ -58,6 +58,10 @@ class JobStats:
     fingerprint_seconds: float = 0.0
     read_seconds: float = 0.0
     write_seconds: float = 0.0
+    #: with TF-IDF on: seconds counting the terms of each page and updating the statistics index
+    #: (weighing the vectors is part of fingerprinting); documents counted in the statistics
+    tfidf_seconds: float = 0.0
+    tfidf_counted: int = 0
     failures: Failures = field(default_factory=Failures)
 
     @property
@@ -116,6 +120,9 @@ def format_summary(stats: JobStats, *, index: str, elapsed: float) -> str:
         lines.append(f"  time (all workers): fingerprinting {stats.fingerprint_seconds:.1f}s "
                      f"({100 * stats.fingerprint_seconds / busy:.0f}%), Elasticsearch reads "
                      f"{stats.read_seconds:.1f}s, writes {stats.write_seconds:.1f}s")
+    if stats.tfidf_seconds:
+        lines.append(f"  TF-IDF: {stats.tfidf_counted} documents counted in the statistics; "
+                     f"{stats.tfidf_seconds:.1f}s counting terms and updating the statistics index")
     if stats.pit_restarts:
         lines.append(f"  note: the point in time expired {stats.pit_restarts} times and was reopened")
     return "\n".join(lines)

@@ -369,7 +369,9 @@ class TfidfEnricher:
 
     def vector(self, index: str, texts: Sequence[str]) -> dict[str, Any]:
         """The ``neardup.tf`` value of a document of ``index`` (statistics of the last :meth:`count`
-        that met the index; read now if none did)."""
+        that met the index; read now if none did). A page without new documents is weighed with
+        the statistics as this writer last read or wrote them (exact when nothing else is adding,
+        as in a ``--force`` run; otherwise behind by what other writers added since)."""
         stats = self._stats.get(index)
         if stats is None:
             stats = self._stats[index] = self.store(index).read()

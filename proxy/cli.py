@@ -44,8 +44,11 @@ def run(args: argparse.Namespace, config: Config) -> int:
 
     from proxy.server import ListenError, serve
 
+    from neardup.tfidf import tfidf_version_of
+
     try:
         config = with_overrides(config, args)
+        tfidf_version_of(config)  # a bad synonym list stops here, not in each worker
     except ConfigError as exc:
         print(f"neardup proxy: {exc}", file=sys.stderr)
         return 2

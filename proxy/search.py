@@ -260,8 +260,9 @@ def finish(window: Window, groups: list[list[int]], fingerprinted: int) -> dict[
     """The client's response: the first round's metadata, the collapsed page, the summary."""
     plan = window.plan
     assert window.first is not None
-    for hit in window.hits:
-        collapse.strip_fields(hit, plan.added_fields)
+    if plan.added_fields:
+        for hit in window.hits:
+            collapse.strip_fields(hit, plan.added_fields)
     page = collapse.build_page(window.hits, groups, plan.start, plan.size, plan.total_as_int)
     response = dict(window.first)
     response["took"] = window.took

@@ -269,6 +269,8 @@ def test_bad_input_gets_one_clear_message(es, es_url, planted):
         assert status == 2 and "--min-share" in err and "must be a number greater than 0 and at most 1" in err
     status, _, err = run_copies(es_url, "--index", planted["index"], "--max-df", "-1")
     assert status == 2 and "--max-df" in err
+    status, _, err = run_copies(es_url, "--index", planted["index"], "--min-shared", "0")
+    assert status == 2 and "--min-shared" in err and "must be 1 or more" in err
     status, _, err = run_copies(es_url, "--index", planted["index"], NEARDUP_COPIES__ROW_BITS="100")
     assert status == 2 and "copies.row_bits = 100" in err
     empty = f"copies-empty-{uuid.uuid4().hex[:8]}"

@@ -236,6 +236,15 @@ def test_tfidf_mode_folds_a_reordered_rewrite_that_resemblance_does_not(es, es_u
         assert all(not any(k.startswith("neardup.tf") for k in h.get("fields", {}))
                    for h in by_fields["hits"]["hits"])
 
+        # _msearch: each search in tfidf mode
+        client = proxy.client()
+        try:
+            multi = client.options(headers={"X-Neardup-Mode": "tfidf"}).msearch(searches=[
+                {"index": index}, {"query": {"match_all": {}}, "sort": [{"rank": "asc"}], "size": 10}])
+        finally:
+            client.close()
+        assert folded(multi["responses"][0]).get(original) == ["rewrite"]
+
         # a threshold above the rewrite's cosine keeps it apart
         status, strict = search(proxy, index, "neardup_mode=tfidf&neardup_threshold=1")
         assert status == 200 and (stored_cosine == 1.0 or original not in folded(strict))
