@@ -222,7 +222,11 @@ def compare(urls: dict[str, str], index: str, texts: list[str], size: int, clien
 
 
 def grouping_benchmark(es: Elasticsearch, index: str, texts: list[str]) -> dict[str, float]:
-    """CPU ms of the proxy's grouping of 1,000 real hits at 0.8, and pair recall vs all pairs."""
+    """CPU ms of the proxy's grouping of 1,000 real hits at 0.8, and pair recall vs all pairs
+    (with the garbage collector set up as in a proxy worker, :func:`proxy.server.tune_gc`)."""
+    from proxy.server import tune_gc
+
+    tune_gc()
     algorithms = default_algorithms(FingerprintParams())
     timings, core, found, expected = [], [], 0, 0
     windows = 0
@@ -281,7 +285,8 @@ def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str,
             f"| {d['p99']:.2f} | {p['p99']:.2f} "
             f"| {f['cpu_floor_ms']:.2f} | {p['cpu_proxy_ms']:.2f} | {d['cpu_es_ms']:.2f} → {p['cpu_es_ms']:.2f} |")
     lines += ["", f"Grouping micro-benchmark ({grouping['windows']} windows of 1,000 real hits of `match` "
-              "queries on `body`, threshold 0.8): `fingerprint.similar_pairs` + `group_labels` "
+              "queries on `body`, threshold 0.8, garbage collector as in a proxy worker): "
+              "`fingerprint.similar_pairs` + `group_labels` "
               f"{grouping['core_ms_mean']:.2f} ms CPU mean ({grouping['core_ms_max']:.2f} max); the proxy's "
               "whole `proxy.collapse.group` (reading 1,000 signatures out of the hits, pairs, labels, "
               f"member lists) {grouping['cpu_ms_mean']:.2f} ms mean ({grouping['cpu_ms_max']:.2f} max); "

@@ -562,6 +562,10 @@ def run_cluster(config: Config, options: ClusterOptions, *, progress: Progress |
                 if reason:
                     raise JobError(f"cannot add to the clusters of {index}: {reason}; run `neardup cluster "
                                    f"--index {options.index}` without --incremental first")
+        # Searches see only refreshed writes: without this, fingerprints written just before (by a
+        # `neardup index` that has finished) could be read as missing, and their documents left
+        # without a cluster id as "changed meanwhile".
+        retrier.call("refreshing", lambda: client.indices.refresh(index=options.index))
         documents = retrier.call("counting documents", lambda: client.count(index=options.index))["count"]
         strategy = "incremental" if options.incremental else choose_strategy(options, documents, config.fingerprint.num_perm)
         result = ClusterResult(options.index, strategy, options.incremental, options.threshold, params.banding)

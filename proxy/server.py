@@ -85,6 +85,7 @@ async def run_worker(config: Config, sock: socket.socket, metrics_dir: str | Non
     runner = web.AppRunner(app, handle_signals=False, access_log=None, auto_decompress=False,
                            shutdown_timeout=config.proxy.shutdown_timeout)
     await runner.setup()
+    tune_gc()   # before accepting: the full collection must not stall a worker's first requests
     site = web.SockSite(runner, sock)
     await site.start()
     ops_runner = None
@@ -93,7 +94,6 @@ async def run_worker(config: Config, sock: socket.socket, metrics_dir: str | Non
                                    shutdown_timeout=1.0)
         await ops_runner.setup()
         await web.SockSite(ops_runner, ops_sock).start()
-    tune_gc()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
