@@ -259,12 +259,12 @@ def test_similar_pairs_equals_brute_force_on_clustered_data(mode: str, threshold
 @pytest.mark.parametrize("mode", ["resemblance", "containment"])
 @pytest.mark.parametrize("size", [8, 30, 64, 65])
 def test_small_windows_compared_directly_give_the_same_pairs(mode: str, size: int) -> None:
-    """Both strategies (direct all-pairs up to DIRECT_LIMIT rows, per-slot sorts above) agree."""
+    """Both strategies (direct all-pairs up to DIRECT_LIMIT rows, per-band sorts above) agree."""
     from fingerprint import similarity
 
     signatures, counts = clustered_signatures(size, np.random.default_rng(size))
     direct = similarity._all_pairs(signatures, np.flatnonzero(counts > 0), 1)
-    sorted_ = similarity._pairs_sharing_slots(signatures, np.flatnonzero(counts > 0), 1, K)
+    sorted_ = similarity._pairs_sharing_bands(signatures, np.flatnonzero(counts > 0), 1, K)
     as_dict = lambda r: {(int(a), int(b)): float(s) for a, b, s in zip(*r)}  # noqa: E731
     assert as_dict(direct) == as_dict(sorted_)
     i, j, sim = similar_pairs(signatures, counts, 0.5, mode)
@@ -343,3 +343,35 @@ def test_group_labels_chain_and_errors() -> None:
     assert group_labels(3, [], []).tolist() == [0, 1, 2]
     with pytest.raises(ValueError, match="pair indices"):
         group_labels(3, [0], [3])
+
+
+@pytest.mark.parametrize("threshold", [0.5, 0.7, 0.8, 0.9, 1.0])
+def test_banded_candidates_miss_no_pair_at_the_threshold(threshold: float) -> None:
+    """Pigeonhole: a pair with exactly the fewest equal slots the threshold allows, its unequal
+    slots spread one per band (the worst case for banding), is still found; one more unequal
+    slot and it is not."""
+    import math
+
+    from fingerprint import similarity
+
+    rng = np.random.default_rng(int(threshold * 100))
+    need = max(1, math.ceil(threshold * K - 1e-9))
+    bands = K - need + 1
+    edges = (np.arange(bands + 1) * K) // bands
+    base = rng.integers(0, 2**63, size=(40, K), dtype=np.uint64)
+    at_limit, beyond = base.copy(), base.copy()
+    spoiled = edges[:-1][: K - need]                    # one unequal slot in each of u bands
+    at_limit[:, spoiled] ^= np.uint64(1)
+    beyond[:, : K - need + 1] ^= np.uint64(1)          # one unequal slot too many
+    noise = rng.integers(0, 2**63, size=(40, K), dtype=np.uint64)
+    signatures = np.concatenate((base, at_limit, beyond, noise))
+    counts = np.full(len(signatures), 100)
+    i, j, sim = similar_pairs(signatures, counts, threshold)
+    found = set(zip(i.tolist(), j.tolist()))
+    assert {(r, r + 40) for r in range(40)} <= found
+    assert not any((r, r + 80) in found for r in range(40))
+    rows = np.arange(len(signatures))
+    direct = similarity._all_pairs(signatures, rows, need)
+    assert found == set(zip(direct[0].tolist(), direct[1].tolist()))
+    assert dict(zip(zip(i.tolist(), j.tolist()), sim.tolist())) == pytest.approx(
+        dict(zip(zip(direct[0].tolist(), direct[1].tolist()), direct[2].tolist())))
