@@ -1,9 +1,10 @@
 """JSON in and out: orjson when it can, the standard library when orjson refuses or would be wrong.
 
 orjson rejects a few things Elasticsearch may legally send (escaped lone surrogates) and reads
-integers beyond 64 bits as floats, which would change a document's ``_source`` on its way
-through (``123456789012345678901234567890`` → ``1.2345678901234568e+29``). Text holding a run of
-20 or more digits is therefore read by the standard library, which keeps such integers exact
+integers outside [-2^63, 2^64) as floats, which would change a document's ``_source`` on its
+way through (``123456789012345678901234567890`` → ``1.2345678901234568e+29``,
+``-9999999999999999999`` → ``-1e+19``). Text holding a run of 19 or more digits (every integer
+outside that range has at least 19) is therefore read by the standard library, which keeps such integers exact
 (a quick byte scan decides; a false alarm only costs speed). Neither reader accepts what is not
 JSON (``NaN``, ``Infinity``, numbers that overflow to infinity), so a broken upstream response is
 never turned into a valid-looking one. Both keep object key order, and both write compact JSON
@@ -19,20 +20,20 @@ import numpy as np
 import orjson
 
 
-#: Maps every digit to "0" and every other byte to " ": a run of 20 digits becomes ``_LONG_RUN``.
+#: Maps every digit to "0" and every other byte to " ": a run of 19 digits becomes ``_LONG_RUN``.
 _DIGIT_MAP = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
-_LONG_RUN = b"0" * 20
+_LONG_RUN = b"0" * 19
 #: From this many bytes on (an upstream window, not a client's query) the digit runs are found
 #: with NumPy: ~10× faster than ``translate`` and a substring search on a 400 kB response.
 _VECTOR_SCAN_BYTES = 4096
-#: Shifts that turn "byte k is a digit" into "bytes k … k+19 are digits": runs of 2, 4, 8, 16, 20.
-_RUN_SHIFTS = (1, 2, 4, 8, 4)
+#: Shifts that turn "byte k is a digit" into "bytes k … k+18 are digits": runs of 2, 4, 8, 16, 19.
+_RUN_SHIFTS = (1, 2, 4, 8, 3)
 
 
 def _has_digit_run(raw: bytes | bytearray) -> bool:
-    """Whether ``raw`` holds 20 consecutive ASCII digits: ``d[k] = raw[k] is a digit``, then
-    ``d[k] &= d[k + s]`` for s = 1, 2, 4, 8, 4 leaves ``d[k]`` true exactly where a run of
-    1+1+2+4+8+4 = 20 digits starts (five passes over a boolean array, no Python loop)."""
+    """Whether ``raw`` holds 19 consecutive ASCII digits: ``d[k] = raw[k] is a digit``, then
+    ``d[k] &= d[k + s]`` for s = 1, 2, 4, 8, 3 leaves ``d[k]`` true exactly where a run of
+    1+1+2+4+8+3 = 19 digits starts (five passes over a boolean array, no Python loop)."""
     digits = np.frombuffer(raw, dtype=np.uint8) - np.uint8(0x30) < 10
     n = digits.size
     for shift in _RUN_SHIFTS:

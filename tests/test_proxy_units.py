@@ -296,3 +296,29 @@ def test_fast_signature_reader_agrees_with_from_source(stories: list[dict]) -> N
     for row, obj, count in zip(sigs, stored, counts):
         decoded = Fingerprint.from_source(obj)
         assert np.array_equal(row, decoded.signature) and count == decoded.shingle_count
+
+
+# -- jsonio: integers outside 64 bits are never turned into floats ---------------------------------
+@pytest.mark.parametrize("number", ["123456789012345678901234567890", "-9999999999999999999",
+                                    "-9223372036854775809", "18446744073709551616",
+                                    "18446744073709551615", "-9223372036854775808", "9999999999999999999"])
+@pytest.mark.parametrize("padding", [0, 5000])   # below and above the vectorised scan's size
+def test_jsonio_keeps_every_integer_exact(number: str, padding: int) -> None:
+    from proxy import jsonio
+
+    raw = ('{"pad": "' + "x" * padding + '", "n": ' + number + "}").encode()
+    value = jsonio.loads(raw)
+    assert isinstance(value["n"], int) and str(value["n"]) == number
+    assert jsonio.dumps(value) == raw.replace(b": ", b":").replace(b", ", b",")
+
+
+def test_jsonio_digit_run_scan_agrees_with_the_plain_scan() -> None:
+    import random
+
+    from proxy import jsonio
+
+    rng = random.Random(7)
+    for _ in range(300):
+        raw = bytes(rng.choice(b"0123456789 ,-x") for _ in range(rng.randint(0, 200)))
+        raw = raw * rng.randint(1, 40)
+        assert jsonio._has_digit_run(raw) == (jsonio._LONG_RUN in raw.translate(jsonio._DIGIT_MAP)), raw
