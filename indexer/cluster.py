@@ -274,25 +274,17 @@ class Job:
     # ---- writing ----
 
     def write(self, planned: Sequence[tuple[Pending, Planned]]) -> None:
-        """Send the updates (conditional partial updates, in batches; ``workers`` bulk requests
-        in flight at a time, so that every core of the cluster has work)."""
+        """Send the updates (conditional partial updates, in batches, one bulk request at a time:
+        two in flight were not faster on Reuters, see bench/RESULTS.md)."""
         started = time.perf_counter()
-        plan = {(p.index, p.id): want for p, want in planned}
-        size = self.options.batch_size
-
-        def write_batch(start: int) -> tuple[JobStats, int]:
-            stats = JobStats()
-            updater = ClusterUpdater(self.client, self.retrier, _unused_fingerprint_source, SOURCE_FIELDS,
-                                     self.config.indexer.max_retries, stats, plan=plan,
-                                     with_index=self.settings.with_index)
-            updater.write([p for p, _ in planned[start:start + size]])
-            return stats, updater.changed_meanwhile
-
-        with ThreadPoolExecutor(max_workers=max(1, self.options.workers)) as pool:
-            for stats, changed_meanwhile in pool.map(write_batch, range(0, len(planned), size)):
-                self.result.stats.merge(stats)
-                self.result.changed_meanwhile += changed_meanwhile
-                self.progress.tick(self.result.stats)
+        updater = ClusterUpdater(self.client, self.retrier, _unused_fingerprint_source, SOURCE_FIELDS,
+                                 self.config.indexer.max_retries, self.result.stats,
+                                 plan={(p.index, p.id): want for p, want in planned},
+                                 with_index=self.settings.with_index)
+        for start in range(0, len(planned), self.options.batch_size):
+            updater.write([p for p, _ in planned[start:start + self.options.batch_size]])
+            self.progress.tick(self.result.stats)
+        self.result.changed_meanwhile += updater.changed_meanwhile
         self.result.seconds["write"] = self.result.seconds.get("write", 0.0) + time.perf_counter() - started
 
     def timed(self, label: str, started: float) -> None:

@@ -26,7 +26,7 @@ from aiohttp import web
 from neardup import __version__
 from neardup.config import Config
 from neardup.tfidf import tfidf_version_of
-from proxy import access, errors, jsonio, playground, searching
+from proxy import access, errors, jsonio, playground, searching, source_check
 from proxy import http as httpx
 from proxy.collapse import Algorithms
 from proxy.fingerprints import default_algorithms
@@ -161,9 +161,12 @@ async def proxy_request(request: web.Request) -> web.StreamResponse:
     route = classify(request.method, raw_path)
     request[ROUTE] = route
     controls, query, _ = parse_controls(raw_query, request.headers)
+    if route == "msearch":
+        source_check.refuse_in_msearch(controls)   # neardup_source: _search only
     if route != "passthrough":
         if route == "search":
             settings = resolve(controls, state.config.collapse, index_of(raw_path), state.config.tfidf.threshold)
+            settings = await source_check.settings_for(state, request, raw_path, settings, controls)
             if settings.enabled:
                 return await searching.search(state, request, raw_path, query, settings)
         elif controls.enabled is not False:  # per-item settings: each search decides

@@ -8,10 +8,13 @@ query parameter        header                      values
 ``neardup``            ``X-Neardup``               ``on`` | ``off`` (also true/false)
 ``neardup_threshold``  ``X-Neardup-Threshold``     a number from 0 to 1
 ``neardup_mode``       ``X-Neardup-Mode``          ``resemblance`` | ``containment`` | ``tfidf``
+``neardup_source``     ``X-Neardup-Source``        an ``_id`` of the searched index
 =====================  ==========================  ===================================
 
 ``tfidf`` groups hits by the TF-IDF cosine of their stored vectors (:mod:`proxy.tfidf`); its
 threshold is ``tfidf.threshold`` unless the request gives ``neardup_threshold``.
+``neardup_source`` (``_search`` only) marks the hits of the page that contain a fragment of
+that document (:mod:`proxy.source_check`).
 
 They are removed before the request goes upstream (Elasticsearch rejects unknown parameters).
 A query parameter wins over the header of the same meaning. Anything invalid — an unknown
@@ -38,8 +41,10 @@ MODES: tuple[Mode, ...] = ("resemblance", "containment", "tfidf")
 
 PARAM_SWITCH, PARAM_THRESHOLD, PARAM_MODE = "neardup", "neardup_threshold", "neardup_mode"
 HEADER_SWITCH, HEADER_THRESHOLD, HEADER_MODE = "X-Neardup", "X-Neardup-Threshold", "X-Neardup-Mode"
+PARAM_SOURCE, HEADER_SOURCE = "neardup_source", "X-Neardup-Source"
 HEADER_PREFIX = "x-neardup"
-_HEADER_OF = {PARAM_SWITCH: HEADER_SWITCH, PARAM_THRESHOLD: HEADER_THRESHOLD, PARAM_MODE: HEADER_MODE}
+_HEADER_OF = {PARAM_SWITCH: HEADER_SWITCH, PARAM_THRESHOLD: HEADER_THRESHOLD, PARAM_MODE: HEADER_MODE,
+              PARAM_SOURCE: HEADER_SOURCE}
 _SWITCH_VALUES = {"on": True, "true": True, "off": False, "false": False}
 
 
@@ -50,6 +55,7 @@ class Controls:
     enabled: bool | None = None
     threshold: float | None = None
     mode: Mode | None = None
+    source: str | None = None      # ``_id`` whose fragments the page's hits are checked for
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,25 @@ class Settings:
     #: The client asked for collapsing explicitly (``neardup=on``): a search that cannot be
     #: collapsed is then an error instead of a silent pass-through.
     forced: bool = False
+    #: ``neardup_source``: the document the page's hits are checked against, read by
+    #: :func:`proxy.source_check.settings_for`.
+    source: SourceDocument | None = None
+
+    @property
+    def text_fields(self) -> tuple[str, ...]:
+        """The text fields the search must also fetch (only to check a source)."""
+        return self.source.fields if self.source is not None else ()
+
+
+@dataclass(frozen=True)
+class SourceDocument:
+    """The ``neardup_source`` document: its ``_id``, concrete index, the text of its ``fields``
+    (``indexer.fields``) joined by newlines, and those field names."""
+
+    id: str
+    index: str
+    text: str
+    fields: tuple[str, ...]
 
 
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
@@ -115,7 +140,15 @@ def _parse_mode(name: str, value: str) -> Mode:
     return mode  # type: ignore[return-value]
 
 
-_PARSERS = {PARAM_SWITCH: _parse_switch, PARAM_THRESHOLD: _parse_threshold, PARAM_MODE: _parse_mode}
+def _parse_source(name: str, value: str) -> str:
+    if not value:
+        raise illegal_argument(f"Failed to parse value [{value}] for parameter [{name}]: "
+                               "must be the _id of a document of the searched index")
+    return value
+
+
+_PARSERS = {PARAM_SWITCH: _parse_switch, PARAM_THRESHOLD: _parse_threshold, PARAM_MODE: _parse_mode,
+            PARAM_SOURCE: _parse_source}
 
 
 def parse_controls(raw_query: str, headers: Mapping[str, str]
@@ -151,7 +184,7 @@ def parse_controls(raw_query: str, headers: Mapping[str, str]
         if header_values:
             values[name] = parse(_HEADER_OF[name], header_values[0])
     controls = Controls(values.get(PARAM_SWITCH), values.get(PARAM_THRESHOLD),  # type: ignore[arg-type]
-                        values.get(PARAM_MODE))  # type: ignore[arg-type]
+                        values.get(PARAM_MODE), values.get(PARAM_SOURCE))  # type: ignore[arg-type]
     changed = len(kept) != len(parts)
     return controls, join_query(kept) if changed else raw_query, bool(values)
 

@@ -20,6 +20,9 @@ The fingerprints come back through one of two *channels*:
 * ``fields`` otherwise: ``neardup.v``, ``neardup.sig`` and ``neardup.n`` are added to the
   request's ``fields`` and removed from each hit afterwards, unless the client's own ``fields``
   patterns ask for them.
+
+With ``neardup_source`` the configured text fields (``indexer.fields``) come the same way: in
+``_source``, or added to ``fields`` and removed again (:mod:`proxy.source_check`).
 """
 
 from __future__ import annotations
@@ -167,8 +170,9 @@ def plan_search(body: dict[str, Any], params: list[tuple[str, str, str]], settin
     channel: collapse.Channel = "_source" if whole_source else "fields"
     added: tuple[str, ...] = ()
     if channel == "fields":
-        wanted = set(_matches_fingerprint(fields, needed))
-        added = tuple(name for name in needed if name not in wanted)
+        fetched = needed + settings.text_fields   # text fields: only to check ``neardup_source``
+        wanted = set(_matches_fingerprint(fields, fetched))
+        added = tuple(name for name in fetched if name not in wanted)
     return Plan(
         body=body,
         params=[p for p in params if p[0] not in _TAKEN_PARAMS],

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from proxy import collapse, errors, filter_path, jsonio, pushdown_search, similarity
+from proxy import collapse, errors, filter_path, jsonio, pushdown_search, similarity, source_check
 from proxy import http as httpx
 from proxy.params import Controls, Settings, has_invalid_escape, resolve, split_query
 from proxy.routes import index_of
@@ -165,7 +165,7 @@ async def search(state: "ProxyState", request: web.Request, raw_path: str, query
             raise errors.illegal_argument(_REFUSED_WHEN_FORCED[plan.reason] + " [neardup=on]")
         return await _pass(state, incoming, plan.reason)
     try:
-        pushed = await pushdown_search.search(state, incoming, plan)  # None: collapse the window
+        pushed = None if plan.settings.source else await pushdown_search.search(state, incoming, plan)
         return pushed if pushed is not None else await _collapse_one(state, incoming, plan)
     except FailOpen as exc:
         return await _fail_open(state, incoming, exc)
@@ -221,7 +221,7 @@ async def _collapse_one(state: "ProxyState", incoming: Incoming, plan: Plan) -> 
             break
         offset, count = following
     similarity.annotate_page(window, groups, state.algorithms.read)
-    response = finish(window, groups, fingerprinted)
+    response = source_check.finish(state, window, groups, fingerprinted)
     _record(state, incoming, response[collapse.SUMMARY_KEY]["collapsed"])
     return _respond(incoming, 200, first_headers, apply_filter(plan.filter, response), plan.pretty)
 
