@@ -79,9 +79,11 @@ def small_index(es: Elasticsearch) -> Iterator[tuple[str, dict[str, dict[str, An
         es.options(ignore_status=404).indices.delete(index=name)
 
 
-def neardup(es_url: str, *args: str) -> dict[str, Any]:
+def neardup(es: Elasticsearch, es_url: str, *args: str) -> dict[str, Any]:
+    """Run a ``neardup`` command, then refresh (``neardup index`` leaves that to the index)."""
     result = run_neardup([*args, "--json"], es_url)
     assert result.returncode == 0, result.stderr.decode(errors="replace")
+    es.indices.refresh(index=args[args.index("--index") + 1])
     return json.loads(result.stdout)
 
 
@@ -99,8 +101,8 @@ def pushed_down(es_url: str, index: str) -> bool:
 @pytest.mark.es
 def test_reindexing_a_changed_document_clears_its_cluster_until_the_next_run(es, es_url, small_index):
     index, docs = small_index
-    neardup(es_url, "index", "--index", index)
-    neardup(es_url, "cluster", "--index", index, "--threshold", "0.8")
+    neardup(es, es_url, "index", "--index", index)
+    neardup(es, es_url, "cluster", "--index", index, "--threshold", "0.8")
     before = values(es, index)
     assert before["s00-copy"]["cluster"] == before["s00"]["cluster"] == "s00"
     assert es.count(index=index, query=missing_clusters_query())["count"] == 0
@@ -108,7 +110,7 @@ def test_reindexing_a_changed_document_clears_its_cluster_until_the_next_run(es,
 
     # the application rewrites the copy's text (a partial update: the old neardup values stay)
     es.update(index=index, id="s00-copy", doc={"body": docs["s05"]["body"] + " Revised."}, refresh=True)
-    summary = neardup(es_url, "index", "--index", index, "--force")
+    summary = neardup(es, es_url, "index", "--index", index, "--force")
     assert summary["failed"] == 0
     after = values(es, index)
     changed = after["s00-copy"]
@@ -120,7 +122,7 @@ def test_reindexing_a_changed_document_clears_its_cluster_until_the_next_run(es,
     assert es.count(index=index, query=missing_clusters_query())["count"] == 1
     assert not pushed_down(es_url, index)
 
-    placed = neardup(es_url, "cluster", "--index", index, "--threshold", "0.8", "--incremental")
+    placed = neardup(es, es_url, "cluster", "--index", index, "--threshold", "0.8", "--incremental")
     assert placed["new_documents"] == 1 and placed["failed"] == 0
     final = values(es, index)
     assert final["s00"]["cluster"] == "s00"
