@@ -11,7 +11,7 @@ from typing import Any
 from elasticsearch import Elasticsearch
 
 from neardup.config import UpstreamConfig
-from neardup.upstream import _client_options as upstream_client_options
+from neardup.upstream import base_client_options
 from neardup.upstream import without_credentials
 
 
@@ -21,7 +21,7 @@ def client_options(upstream: UpstreamConfig) -> dict[str, Any]:
     Credentials and TLS as in the start-up check (:mod:`neardup.upstream`); the job's own
     request timeout and a small connection pool (a worker has one request in flight).
     """
-    options = upstream_client_options(upstream)
+    options = base_client_options(upstream)
     options.update(request_timeout=upstream.request_timeout, max_retries=0, retry_on_timeout=False,
                    connections_per_node=min(upstream.max_connections, 8))
     return options

@@ -49,7 +49,9 @@ def without_credentials(url: str) -> str:
     return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
-def _client_options(upstream: UpstreamConfig) -> dict[str, Any]:
+def base_client_options(upstream: UpstreamConfig) -> dict[str, Any]:
+    """Credentials and TLS of :class:`elasticsearch.Elasticsearch` from ``[upstream]``, with a
+    short timeout and no retries (the start-up check; the indexer overrides both)."""
     options: dict[str, Any] = {
         "request_timeout": max(upstream.connect_timeout, 1.0),
         "max_retries": 0,
@@ -82,7 +84,7 @@ def _cause(exc: Exception, timeout: float) -> str:
 
 def probe(url: str, upstream: UpstreamConfig) -> str | None:
     """``None`` if the node at ``url`` answers and accepts the credentials, else the reason."""
-    options = _client_options(upstream)
+    options = base_client_options(upstream)
     client = Elasticsearch(url, **options)
     try:
         client.cluster.health()
