@@ -31,7 +31,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from elasticsearch import ApiError, Elasticsearch
+from elasticsearch import ApiError, AuthorizationException, Elasticsearch
 
 from fingerprint import FIELD, Fingerprinter, scheme_version
 from fingerprint.tfidf import TF_FIELD
@@ -138,10 +138,26 @@ def prepare(config: Config, options: IndexOptions) -> None:
         put_neardup_mapping(client, retrier, options.index, plan)
         for index in sorted(plan.root_mappings) if tfidf is not None else ():
             tfidf.store(index).ensure_index()  # before the workers race to create it
+        refresh_before_reading(client, retrier, options.index)
     except ApiError as exc:
         raise JobError(explain(exc, display_url(config.upstream), options.index)) from None
     finally:
         client.close()
+
+
+def refresh_before_reading(client: Elasticsearch, retrier: Retrier, index: str) -> None:
+    """Make every document acknowledged before the job started visible to its point in time.
+
+    A point in time sees only refreshed writes: without this, a document (re)indexed in the
+    second before the job would be read in its previous version, or not at all, and keep no
+    current fingerprint. A caller allowed to read and write but not to refresh (the
+    ``maintenance`` privilege) gets a warning, and the job goes on with the periodic refresh.
+    """
+    try:
+        retrier.call("refreshing", lambda: client.indices.refresh(index=index))
+    except AuthorizationException as exc:
+        log.warning("could not refresh %s before reading (%s): documents written in the last "
+                    "refresh interval may be enriched by the next run only", index, exc.message)
 
 
 # --- the worker -------------------------------------------------------------------------------
