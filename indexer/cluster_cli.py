@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 
-from indexer.cli import _positive, _threshold, check_upstream, clear_errors, fail
+from indexer.cli import _fields, _positive, _threshold, check_upstream, clear_errors, fail
 from indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_USAGE
 from neardup.config import Config, collapse_settings_for
 
@@ -28,7 +28,7 @@ def cluster_command(args: argparse.Namespace, config: Config) -> int:
     options = ClusterOptions(
         index=args.index, threshold=args.threshold if args.threshold is not None else default_threshold,
         mode=args.mode, incremental=args.incremental, report=args.report,
-        title_fields=tuple(args.field) if args.field else tuple(config.indexer.fields),
+        title_fields=_fields(args, config),
         workers=args.workers or config.indexer.workers,
         batch_size=args.batch_size or config.indexer.batch_size, memory_limit_mb=args.memory_limit,
         supershingles=not args.no_supershingles, rounds=not args.single_round)

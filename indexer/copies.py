@@ -35,7 +35,7 @@ from elasticsearch import Elasticsearch
 from fingerprint import Fingerprinter
 from fingerprint.bloom import BloomParams
 from fingerprint.copies import CopiedPair, build_filter, candidates, check_min_share, content_sets, ranked, verify
-from indexer.cli import _positive, _retrier, check_upstream, clear_errors
+from indexer.cli import _fields, _positive, _retrier, check_upstream, clear_errors
 from indexer.cluster_docs import doc_key
 from indexer.errors import EXIT_OK, JobError
 from indexer.query import SliceSpec
@@ -265,7 +265,7 @@ def copies_command(args: argparse.Namespace, config: Config) -> int:
 
     settings = config.copies
     options = CopiesOptions(
-        index=args.index, fields=tuple(args.field) if args.field else tuple(config.indexer.fields),
+        index=args.index, fields=_fields(args, config),
         min_share=args.min_share if args.min_share is not None else settings.min_share,
         min_shared=args.min_shared if args.min_shared is not None else settings.min_shared,
         max_df=args.max_df if args.max_df is not None else settings.max_df,
