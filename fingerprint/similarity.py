@@ -40,6 +40,7 @@ from typing import Literal
 
 import numpy as np
 
+from fingerprint.hashing import GOLDEN
 from fingerprint.model import Fingerprint
 
 Mode = Literal["resemblance", "containment"]
@@ -126,13 +127,18 @@ def _runs(equal_next: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return starts[keep], lengths[keep]
 
 
+def _slot_weights(k: int) -> np.ndarray:
+    """K distinct odd 64-bit multipliers: a sum of slot values times these keys a row (or a
+    band) so that different values collide with probability about 2^-64."""
+    return (np.arange(1, 2 * k, 2, dtype=np.uint64) * np.uint64(GOLDEN)) | np.uint64(1)
+
+
 def _identical_rows(signatures: np.ndarray) -> np.ndarray:
     """Group number of each row; rows with equal signatures share it (numbered 0 … G-1 in the
     order of their first row). Rows are keyed by a 64-bit combination of their values; the
     grouping is checked against the rows themselves and, in the (2^-64) event of a collision,
     every row gets its own group."""
-    weights = (np.arange(1, 2 * signatures.shape[1], 2, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)) | np.uint64(1)
-    keys = (signatures * weights).sum(axis=1, dtype=np.uint64)
+    keys = (signatures * _slot_weights(signatures.shape[1])).sum(axis=1, dtype=np.uint64)
     _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
     if not np.array_equal(signatures, signatures[first[inverse]]):
@@ -151,9 +157,8 @@ def band_keys(signatures: np.ndarray, bands: int) -> np.ndarray:
     if bands >= k:
         return signatures
     edges = (np.arange(bands + 1) * k) // bands
-    weights = (np.arange(1, 2 * k, 2, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)) | np.uint64(1)
     with np.errstate(over="ignore"):
-        weighted = signatures * weights
+        weighted = signatures * _slot_weights(k)
     return np.add.reduceat(weighted, edges[:-1], axis=1, dtype=np.uint64)
 
 
