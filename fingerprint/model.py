@@ -249,7 +249,7 @@ def _strict_b64decode(text: str) -> bytes:
 
 def _decode_signature(text: str, num_perm: int) -> np.ndarray | None:
     try:
-        raw = binascii.a2b_base64(text, strict_mode=True)
+        raw = _strict_b64decode(text)
     except (binascii.Error, ValueError):
         return None
     return np.frombuffer(raw, dtype="<u8") if len(raw) == 8 * num_perm else None

@@ -69,6 +69,7 @@ class ProxyState:
     upstream: Upstream
     metrics: Metrics
     algorithms: Algorithms
+    policy: access.Policy   # read-only mode and path allow-list, compiled once
 
 
 STATE: web.AppKey[ProxyState] = web.AppKey("neardup_state", ProxyState)
@@ -154,8 +155,7 @@ async def proxy_request(request: web.Request) -> web.StreamResponse:
     if not raw_path.startswith("/"):  # absolute-form target: the upstream is the configured one
         raise errors.illegal_argument("the request target must be a path starting with '/', "
                                       "not an absolute URI; the proxy forwards only to upstream.urls")
-    refusal = access.policy(state.config.proxy.read_only,
-                            tuple(state.config.proxy.allowed_paths)).refusal(request.method, raw_path)
+    refusal = state.policy.refusal(request.method, raw_path)
     if refusal is not None:
         raise refusal
     route = classify(request.method, raw_path)
@@ -274,7 +274,8 @@ def create_app(config: Config, algorithms: Algorithms | None = None,
                metrics_dir: str | None = None) -> web.Application:
     """The application of one worker; the upstream session opens on start-up."""
     state = ProxyState(config=config, upstream=Upstream(config.upstream), metrics=Metrics(metrics_dir),
-                       algorithms=algorithms or default_algorithms(config.fingerprint, tfidf_version_of(config)))
+                       algorithms=algorithms or default_algorithms(config.fingerprint, tfidf_version_of(config)),
+                       policy=access.policy(config.proxy.read_only, tuple(config.proxy.allowed_paths)))
     app = web.Application(middlewares=[observe], client_max_size=config.proxy.max_body_bytes)
     logging.getLogger("aiohttp.server").addFilter(_QUIET)   # once: the same filter object
     app[STATE] = state

@@ -160,9 +160,7 @@ def build_page(hits: Sequence[dict[str, Any]], groups: list[list[int]], start: i
         others = [hits[m] for m in members[1:]] if len(members) > 1 else []
         collapsed += len(others)
         total: Any = len(others) if total_as_int else {"value": len(others), "relation": "eq"}
-        fields = top.get("fields")
-        key = [group_key(top)]
-        top["fields"] = {**fields, GROUP_FIELD: key} if isinstance(fields, dict) else {GROUP_FIELD: key}
+        set_field(top, GROUP_FIELD, [group_key(top)])
         inner = top.get("inner_hits")
         inner = dict(inner) if isinstance(inner, dict) else {}
         inner[INNER_HITS_NAME] = {"hits": {"total": total, "max_score": _max_score(others) if others else None,
@@ -186,3 +184,10 @@ def summary(page: Page, threshold: float, mode: Mode, window: int, fingerprinted
         "complete": complete,
         "pushdown": False,   # window collapsing (proxy.pushdown: native collapse on cluster ids)
     }
+
+
+def set_field(hit: dict[str, Any], name: str, value: list[Any]) -> None:
+    """``hit["fields"][name] = value`` in a new ``fields`` object (the hit's own may be shared
+    with another response part), creating ``fields`` if the hit has none."""
+    fields = hit.get("fields")
+    hit["fields"] = {**(fields if isinstance(fields, dict) else {}), name: value}

@@ -107,7 +107,4 @@ def loads_request(data: bytes | str) -> Any:
     """Parse a client's JSON the way Elasticsearch does: a key given twice in one object is an
     error (``{"size": 2, "size": 3}`` is refused by Elasticsearch, so the proxy must not pick
     one of the values and answer as if the body were valid). Raises ``ValueError``."""
-    value = loads(data)
-    if isinstance(value, (dict, list)):
-        _stdlib_loads(data, object_pairs_hook=_unique_pairs)
-    return value
+    return _stdlib_loads(data, object_pairs_hook=_unique_pairs)

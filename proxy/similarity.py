@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from fingerprint.similarity import containment_from_resemblance
+from fingerprint.tfidf import cosine
 from proxy import tfidf
-from proxy.collapse import Channel, Reader, stored_fingerprint
+from proxy.collapse import Channel, Reader, set_field, stored_fingerprint
 
 if TYPE_CHECKING:
     from proxy.search import Window
@@ -76,7 +77,7 @@ def annotate(hits: Sequence[dict[str, Any]], groups: Sequence[Sequence[int]], ch
     a, b = row[kept[chosen]], row[chosen]
     values = np.asarray(estimator(signatures[a], signatures[b], counts[a], counts[b]), dtype=np.float64)
     for k, value in zip(chosen.tolist(), values.tolist()):
-        _set_similarity(hits[positions[k]], value)
+        set_field(hits[positions[k]], SIMILARITY_FIELD, [round(value, 4)])
 
 
 def _annotate_cosines(hits: Sequence[dict[str, Any]], folded: Sequence[Sequence[int]], channel: Channel) -> None:
@@ -87,16 +88,13 @@ def _annotate_cosines(hits: Sequence[dict[str, Any]], folded: Sequence[Sequence[
         version = kept.get("v") if isinstance(kept, dict) else None
         if not isinstance(version, str):
             continue
-        others = [hits[m] for m in members[1:]]
-        values = tfidf.cosines([(kept, tfidf.stored_vector(hit, channel)) for hit in others], version)
-        for hit, value in zip(others, values):
-            if value is not None:
-                _set_similarity(hit, value)
-
-
-def _set_similarity(hit: dict[str, Any], value: float) -> None:
-    fields = hit.get("fields")
-    hit["fields"] = {**(fields if isinstance(fields, dict) else {}), SIMILARITY_FIELD: [round(value, 4)]}
+        kept_vector = tfidf.parse_vector(kept, version)
+        if kept_vector is None:
+            continue
+        for member in members[1:]:
+            vector = tfidf.parse_vector(tfidf.stored_vector(hits[member], channel), version)
+            if vector is not None:
+                set_field(hits[member], SIMILARITY_FIELD, [round(cosine(kept_vector, vector), 4)])
 
 
 def annotate_page(window: "Window", groups: Sequence[Sequence[int]], read: Reader) -> None:

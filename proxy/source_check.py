@@ -200,8 +200,7 @@ def finish(state: "ProxyState", window: search.Window, groups: list[list[int]],
     shares, candidates = contained_shares(source, hit_sets, copies.bloom_params(),
                                           copies.min_share, copies.min_shared)
     for local, share in shares.items():
-        hit = window.hits[positions[local]]
-        hit["fields"] = {**(hit.get("fields") or {}), CONTAINS_FIELD: [round(share, 4)]}
+        collapse.set_field(window.hits[positions[local]], CONTAINS_FIELD, [round(share, 4)])
     response = search.finish(window, groups, fingerprinted)
     response[collapse.SUMMARY_KEY][SUMMARY_SOURCE_KEY] = {
         "_id": document.id, "shingles": int(len(source)), "min_share": copies.min_share,

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from fingerprint import FIELD
-from fingerprint.tfidf import TF_FIELD, TfidfFormatError, TfidfVector, cosine, cosine_pairs
+from fingerprint.tfidf import TF_FIELD, TfidfFormatError, TfidfVector, cosine_pairs
 
 MODE = "tfidf"
 TF_KEYS = ("v", "t", "w")
@@ -69,10 +69,3 @@ def vector_pairs(stored: Sequence[Any], threshold: float, version: str
     return positions, np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64)
 
 
-def cosines(pairs: Sequence[tuple[Any, Any]], version: str) -> list[float | None]:
-    """The cosine of each pair of stored vector objects (None where either is unusable)."""
-    values: list[float | None] = []
-    for a, b in pairs:
-        va, vb = parse_vector(a, version), parse_vector(b, version)
-        values.append(cosine(va, vb) if va is not None and vb is not None else None)
-    return values
