@@ -108,7 +108,7 @@ def _run_members(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(int(lengths.sum())) - np.repeat(first - starts, lengths)
 
 
-def _pairs_within_runs(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def pairs_within_runs(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Positions (p, q), p < q, of every pair inside each run ``[s, s + L)``: Σ L(L-1)/2 pairs,
     generated with array arithmetic (no loop over runs)."""
     members = _run_members(starts, lengths)
@@ -174,7 +174,7 @@ def _candidate_pairs(signatures: np.ndarray, bands: int) -> np.ndarray:
     equal_next[n - 1::n] = False  # the last row of a column and the first of the next
     if not equal_next.any():
         return np.empty(0, dtype=np.int64)
-    left, right = _pairs_within_runs(*_runs(equal_next))
+    left, right = pairs_within_runs(*_runs(equal_next))
     rows = order.reshape(-1)
     i, j = rows[left], rows[right]
     return np.unique(np.minimum(i, j).astype(np.int64) * n + np.maximum(i, j))
@@ -271,11 +271,11 @@ def _pairs_sharing_bands(signatures: np.ndarray, rows: np.ndarray, need: int, ba
     a = members[first[g1][pair] + offset // width]
     b = members[first[g2][pair] + offset % width]
     # … and every pair inside a group (identical signatures: all K slots equal).
-    inside_left, inside_right = _pairs_within_runs(first[sizes > 1], sizes[sizes > 1])
+    inside_left, inside_right = pairs_within_runs(first[sizes > 1], sizes[sizes > 1])
     i = np.concatenate((np.minimum(a, b), members[inside_left])).astype(np.int64)
     j = np.concatenate((np.maximum(a, b), members[inside_right])).astype(np.int64)
     sim = np.concatenate((equal[pair], np.full(inside_left.size, k))) / k
-    return np.minimum(i, j), np.maximum(i, j), sim
+    return i, j, sim  # a < b above; inside a group, members are in ascending row order
 
 
 def group_labels(n: int, i: np.ndarray, j: np.ndarray) -> np.ndarray:

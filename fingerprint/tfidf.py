@@ -65,6 +65,7 @@ from fingerprint.corpus_stats import CorpusStats, StatsFormatError
 from fingerprint.fingerprinter import Fingerprinter
 from fingerprint.hashing import token_hash
 from fingerprint.params import FingerprintParams
+from fingerprint.similarity import pairs_within_runs
 from fingerprint.synonyms import SynonymFormatError, SynonymMap, parse_synonyms
 from fingerprint.values import ArrayValue
 
@@ -258,22 +259,6 @@ def cosine(a: TfidfVector, b: TfidfVector) -> float:
 
 # ---------------------------------------------------------------- all pairs
 
-def _pairs_in_runs(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Positions (p, q), p < q, of every pair inside each run ``[start, start + length)``."""
-    keep = lengths > 1
-    starts, lengths = starts[keep], lengths[keep]
-    if len(starts) == 0:
-        empty = np.empty(0, dtype=np.int64)
-        return empty, empty
-    total = int(lengths.sum())
-    first = np.cumsum(lengths) - lengths
-    members = np.arange(total) - np.repeat(first, lengths) + np.repeat(starts, lengths)
-    partners = np.repeat(starts + lengths, lengths) - members - 1
-    p = np.repeat(members, partners)
-    offset = np.arange(len(p)) - np.repeat(np.cumsum(partners) - partners, partners) + 1
-    return p, p + offset
-
-
 def cosine_pairs(vectors: Sequence[TfidfVector], threshold: float,
                  max_products: int = 50_000_000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """All pairs (i < j) with cos ≥ ``threshold`` and > 0, sorted by (i, j); sim float64.
@@ -307,7 +292,8 @@ def cosine_pairs(vectors: Sequence[TfidfVector], threshold: float,
     products = int(np.sum(run * (run - 1) // 2))
     if products > max_products:
         raise ValueError(f"{products:,} term co-occurrences exceed the limit of {max_products:,}")
-    p, q = _pairs_in_runs(starts, run)
+    keep = run > 1  # most terms are in one document: no pairs, skip them before expanding
+    p, q = pairs_within_runs(starts[keep], run[keep])
     if len(p) == 0:
         return empty
     i, j = doc[p], doc[q]  # within a run entries are in document order, so i < j
