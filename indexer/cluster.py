@@ -242,7 +242,7 @@ class Job:
         table = DocTable(self.num_perm)
         for part in tables:
             table.extend(part)
-        self.result.seconds[label] = self.result.seconds.get(label, 0.0) + time.perf_counter() - started
+        self.timed(label, started)
         return table
 
     def _read_slice(self, query: Mapping[str, Any], spec: SliceSpec) -> DocTable:
@@ -285,7 +285,7 @@ class Job:
             updater.write([p for p, _ in planned[start:start + self.options.batch_size]])
             self.progress.tick(self.result.stats)
         self.result.changed_meanwhile += updater.changed_meanwhile
-        self.result.seconds["write"] = self.result.seconds.get("write", 0.0) + time.perf_counter() - started
+        self.timed("write", started)
 
     def timed(self, label: str, started: float) -> None:
         self.result.seconds[label] = self.result.seconds.get(label, 0.0) + time.perf_counter() - started

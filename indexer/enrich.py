@@ -29,15 +29,16 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from fingerprint import FIELD, Fingerprint, Fingerprinter
-from indexer.cluster_docs import BANDS, CLUSTER
+from indexer.cluster_docs import BANDS, CLUSTER, SOURCE_FIELDS
 from indexer.texts import Outcome, document_texts
 
 #: Keys of ``neardup`` derived by ``neardup cluster`` from the fingerprint; void when it changes.
 CLUSTER_KEYS = (CLUSTER, BANDS)
 #: What the fingerprint keys are compared on to tell whether a fingerprint changed.
 _IDENTITY_KEYS = ("v", "sig", "n")
-#: The stored ``neardup`` values the indexer reads with each document (``_source`` paths).
-STORED_PATHS = tuple(f"{FIELD}.{key}" for key in (*_IDENTITY_KEYS, *CLUSTER_KEYS))
+#: The stored ``neardup`` values the indexer reads with each document (``_source`` paths): the
+#: identity keys and the cluster keys, the same paths ``neardup cluster`` reads.
+STORED_PATHS = tuple(SOURCE_FIELDS)
 
 
 def compute_fingerprint(source: Mapping[str, Any], fields: Sequence[str],

@@ -40,7 +40,7 @@ from indexer.enrich import STORED_PATHS, cleared_cluster_keys, compute_fingerpri
 from indexer.errors import JobError, error_type_and_reason, explain
 from indexer.mapping import field_paths, plan_neardup_mapping, put_neardup_mapping, text_fields
 from indexer.progress import Progress
-from indexer.query import SliceSpec, already_current, plan_slices, selection
+from indexer.query import TF_VERSION_PATH, SliceSpec, already_current, plan_slices, selection
 from indexer.reader import SliceReader
 from indexer.retry import Retrier
 from indexer.stats import JobStats
@@ -51,7 +51,6 @@ from neardup.config import Config
 log = logging.getLogger(__name__)
 
 #: Read with each document when TF-IDF is on: whether it was counted under the current version.
-TF_VERSION_PATH = f"{FIELD}.{TF_FIELD}.v"
 
 DATE_TYPES = frozenset({"date", "date_nanos", "long", "integer", "unsigned_long", "double", "float",
                         "scaled_float"})

@@ -34,12 +34,12 @@ from typing import IO, Any, BinaryIO, Iterator, Literal, Sequence
 from elasticsearch import ApiError, Elasticsearch
 
 from fingerprint import FIELD, Fingerprint, Fingerprinter
-from fingerprint.tfidf import TF_FIELD
 from indexer.dedup import Match, RunIndex, best_match, candidate_search, candidates_from_hits
 from indexer.enrich import EnrichedLine
 from indexer.errors import JobError, error_type_and_reason
 from indexer.lines import Line, LineCounts, parse, read_lines
 from indexer.mapping import DUPLICATE_OF, plan_neardup_mapping, put_neardup_mapping, wanted_properties
+from indexer.query import TF_VERSION_PATH
 from indexer.retry import TRANSIENT_STATUSES, Retrier
 from indexer.stats import Failures
 from indexer.tfidf import TfidfEnricher, neardup_of, tf_properties, vectors_of_lines
@@ -207,7 +207,7 @@ class Loader:
             return set()
         assert self.tfidf is not None
         response = self.retrier.call("looking up TF-IDF vectors", lambda: self.client.mget(
-            index=self.options.index, ids=list(ids), source=[f"{FIELD}.{TF_FIELD}.v"], realtime=True))
+            index=self.options.index, ids=list(ids), source=[TF_VERSION_PATH], realtime=True))
         return {doc["_id"] for doc in response.body["docs"]
                 if doc.get("found") and self.tfidf.is_current(neardup_of(doc.get("_source")))}
 

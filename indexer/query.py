@@ -24,9 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from fingerprint import FIELD
+from fingerprint.tfidf import TF_FIELD
 
 #: Slicing field valid across points in time (``_id`` is refused under a PIT).
 SLICE_FIELD = "_seq_no"
+#: Where a document's TF-IDF vector keeps its version (``_source`` path and field name).
+TF_VERSION_PATH = f"{FIELD}.{TF_FIELD}.v"
 
 _SLICE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 
@@ -68,7 +71,7 @@ def _current(version: str, tf_version: str | None) -> list[dict[str, Any]]:
     """Filters of a current document: the scheme version, and the TF-IDF version when it is on."""
     filters: list[dict[str, Any]] = [{"term": {f"{FIELD}.v": version}}]
     if tf_version is not None:
-        filters.append({"term": {f"{FIELD}.tf.v": tf_version}})
+        filters.append({"term": {TF_VERSION_PATH: tf_version}})
     return filters
 
 

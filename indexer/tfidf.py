@@ -358,8 +358,7 @@ class TfidfEnricher:
                 new.setdefault(index, []).append(counts.terms)
         for index in indices:
             store = self.store(index)
-            self._stats[index] = store.add(new[index]) if index in new else (
-                store.current() if store._known or store._count else store.read())
+            self._stats[index] = store.add(new.get(index, []))  # reads the stored statistics once
         return sum(len(v) for v in new.values())
 
     def vector_of(self, texts: Sequence[str]) -> dict[str, Any]:
