@@ -248,17 +248,20 @@ class PseudoMatrixBloom:
         return per_row.sum(axis=0, dtype=np.int64)[:self.rows]
 
     def query(self, shingles: np.ndarray, min_share: float,
-              exclude: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+              exclude: int | None = None, assume_unique: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Candidate documents holding at least ``min_share`` of the query's distinct shingles,
         by their rows' counts (an upper bound: verify by exact containment).
 
         Returns (documents, share bound) sorted by document; ``exclude`` (the query document
         itself, if it is in the filter) is never returned, its rows are left out of the scores
-        and the other documents in them are returned with share bound 1.0.
+        and the other documents in them are returned with share bound 1.0. ``assume_unique``:
+        ``shingles`` is already a sorted unique array (not deduplicated again).
         """
         if not (isinstance(min_share, (int, float)) and 0.0 < min_share <= 1.0):
             raise ValueError(f"min_share = {min_share!r}: must be a number in (0, 1]")
-        unique = np.unique(np.asarray(shingles, dtype=np.uint64))
+        unique = np.asarray(shingles, dtype=np.uint64)
+        if not assume_unique:
+            unique = np.unique(unique)
         size = len(unique)
         if size == 0 or self.rows == 0:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
@@ -285,23 +288,34 @@ class PseudoMatrixBloom:
         return self._index
 
 
-def containment_shares(source: np.ndarray, candidates: list[np.ndarray], assume_unique: bool = False) -> np.ndarray:
-    """Exact |S ∩ C| / |S| for each candidate set C (the verification step), in one pass: the
+def shared_counts(source: np.ndarray, candidates: list[np.ndarray], assume_unique: bool = False) -> np.ndarray:
+    """Exact |S ∩ C| for each candidate set C (the verification step), in one pass: the
     candidates' shingles are concatenated, looked up in sorted S with one binary search
-    (:func:`numpy.searchsorted`), and the hits summed per candidate. 0 where S is empty.
-    ``assume_unique``: the candidates are already sorted unique arrays (as
+    (:func:`numpy.searchsorted`), and the hits counted per candidate (int64).
+    ``assume_unique``: S and the candidates are already sorted unique arrays (as
     ``Fingerprinter.shingles`` gives them), so they are not deduplicated again."""
-    s = np.unique(np.asarray(source, dtype=np.uint64))
+    def unique(values: np.ndarray) -> np.ndarray:
+        values = np.asarray(values, dtype=np.uint64)
+        return values if assume_unique else np.unique(values)
+
+    s = unique(source)
     if len(s) == 0 or not candidates:
-        return np.zeros(len(candidates), dtype=np.float64)
-    sets = [np.asarray(c, dtype=np.uint64) if assume_unique else np.unique(np.asarray(c, dtype=np.uint64))
-            for c in candidates]
+        return np.zeros(len(candidates), dtype=np.int64)
+    sets = [unique(c) for c in candidates]
     lengths = np.array([len(c) for c in sets], dtype=np.int64)
     values = np.concatenate(sets)
     at = np.minimum(np.searchsorted(s, values), len(s) - 1)
-    hits = (s[at] == values).astype(np.float64)
     owner = np.repeat(np.arange(len(sets)), lengths)
-    return np.bincount(owner, weights=hits, minlength=len(sets)) / len(s)
+    return np.bincount(owner[s[at] == values], minlength=len(sets)).astype(np.int64)
+
+
+def containment_shares(source: np.ndarray, candidates: list[np.ndarray], assume_unique: bool = False) -> np.ndarray:
+    """Exact |S ∩ C| / |S| for each candidate set C (:func:`shared_counts` over |S|); 0 where S
+    is empty."""
+    size = len(source) if assume_unique else len(np.unique(np.asarray(source, dtype=np.uint64)))
+    if size == 0:
+        return np.zeros(len(candidates), dtype=np.float64)
+    return shared_counts(source, candidates, assume_unique) / size
 
 
 def frequent_shingles(shingle_sets: list[np.ndarray], max_documents: int, assume_unique: bool = False) -> np.ndarray:

@@ -17,7 +17,7 @@ The steps, each a function here so the caller can time them:
    document as the source (its own rows left out) gives the candidate copiers: a superset of
    every C with |S ∩ C| ≥ σ|S| (a Bloom filter has no false negatives).
 4. :func:`verify` — exact |S ∩ C| of each candidate by one sorted lookup
-   (:func:`~fingerprint.bloom.containment_shares`); pairs with ``|S ∩ C| ≥ max(⌈σ|S|⌉, F)`` are
+   (:func:`~fingerprint.bloom.shared_counts`); pairs with ``|S ∩ C| ≥ max(⌈σ|S|⌉, F)`` are
    kept, F (``min_shared``) being the fewest shingles that make a fragment: in a source of 20
    shingles (a title and an embedded video) 5 % is one shingle, a shared phrase, not a copy.
 
@@ -35,7 +35,7 @@ from typing import Sequence
 
 import numpy as np
 
-from fingerprint.bloom import BloomParams, PseudoMatrixBloom, containment_shares, frequent_shingles
+from fingerprint.bloom import BloomParams, PseudoMatrixBloom, frequent_shingles, shared_counts
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def candidates(bloom: PseudoMatrixBloom, sets: Sequence[np.ndarray], source: int
     """Documents that may hold ``min_share`` of ``sets[source]`` (never the source itself)."""
     if len(sets[source]) == 0:
         return np.empty(0, dtype=np.int64)
-    found, _ = bloom.query(sets[source], min_share, exclude=source)
+    found, _ = bloom.query(sets[source], min_share, exclude=source, assume_unique=True)
     return found
 
 
@@ -105,8 +105,7 @@ def verify(sets: Sequence[np.ndarray], source: int, found: np.ndarray, min_share
     s = sets[source]
     if len(s) == 0 or len(found) == 0:
         return []
-    shares = containment_shares(s, [sets[c] for c in found.tolist()], assume_unique=True)
-    shared = np.rint(shares * len(s)).astype(np.int64)
+    shared = shared_counts(s, [sets[c] for c in found.tolist()], assume_unique=True)
     need = max(1, min_shared, math.ceil(min_share * len(s) - 1e-9))
     return [CopiedPair(copier=int(c), source=source, shared=int(n), source_size=len(s), copier_size=len(sets[c]))
             for c, n in zip(found.tolist(), shared.tolist()) if n >= need]
