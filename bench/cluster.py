@@ -13,9 +13,18 @@ title + body, as ``neardup index`` fingerprints it.
   threshold joined into connected components. Timed from the shingle sets (shingling, the
   same work for every method, is shown apart).
 * *neardup*: the documents are loaded into a fresh index of the real Elasticsearch and
-  enriched by ``neardup index``; then ``neardup cluster`` runs (memory strategy, in process) and
-  its wall time is split into reading the fingerprints, clustering, and writing the ids back.
-  The clusters are read back from the index.
+  enriched by ``neardup index``; then ``neardup cluster`` runs (memory strategy, in process,
+  ``--verify text``: candidates from the LSH bands for ``t - δ`` with ``Ĵ ≥ t - δ``, δ = 3
+  standard errors of the estimate at t, linked when the *exact* resemblance of their shingle
+  sets, from the texts read back for the candidates' documents, is ≥ t: see
+  :mod:`fingerprint.verify` and :mod:`indexer.cluster_verify`), and its wall time is split into
+  reading the fingerprints, clustering, verification (reading the candidates' texts,
+  shingling them, intersecting), and writing the ids back. The clusters are read back from the
+  index.
+* *neardup, signatures only*: the clusters ``--verify signature`` gives (links at ``Ĵ ≥ t``, the
+  84-minhash estimate), computed in memory by :func:`fingerprint.clustering.cluster_signatures`
+  from the signatures stored in the same index (the same function and parameters the job uses);
+  quality only.
 
 Quality against the TOPICS labels, as pair counts over the documents that carry at least one
 TOPICS label (the clustering covers all documents; unlabelled ones are left out of the
@@ -294,18 +303,24 @@ def reuters_part(es: Elasticsearch, es_url: str, thresholds: Sequence[float], si
             for threshold in thresholds:
                 exact_labels, exact_seconds = exact_single_link(shingle_sets[:n], threshold)
                 report = str(report_dir / f"cluster-report-{n}-{threshold:g}.html") if n == len(docs) else None
-                job = cluster_job(es_url, index, threshold, mode="memory", report=report)
-                rerun = cluster_job(es_url, index, threshold, mode="memory")
+                job = cluster_job(es_url, index, threshold, mode="memory", report=report, verify="text")
+                rerun = cluster_job(es_url, index, threshold, mode="memory", verify="text")
                 labels = stored_clusters(es, index, ids)
+                signatures, counts = stored_signatures(es, index, ids)
+                signature_labels = signature_clusters(signatures, counts, threshold)
                 row = {"n": n, "threshold": threshold, "exact_seconds": exact_seconds,
                        "exact": topic_scores(exact_labels, topics, related),
                        "neardup": topic_scores(labels, topics, related),
+                       "signature": topic_scores(signature_labels, topics, related),
+                       "signature_agreement": agreement(signature_labels, exact_labels),
                        "agreement": agreement(labels, exact_labels), "job": job, "rerun": rerun,
                        "enrich_seconds": enrich_seconds,
                        "exact_clusters": int(len(np.unique(exact_labels)))}
                 out["rows"].append(row)
                 log(f"  t={threshold}: exact {exact_seconds:.2f}s F={row['exact']['f']:.5f}; neardup job "
-                    f"{job['wall']:.2f}s (cluster {job['seconds'].get('cluster', 0):.2f}s) F={row['neardup']['f']:.5f}")
+                    f"{job['wall']:.2f}s (cluster {job['seconds'].get('cluster', 0):.2f}s, verify "
+                    f"{job['seconds'].get('verify', 0):.2f}s) F={row['neardup']['f']:.5f}; signatures only "
+                    f"F={row['signature']['f']:.5f}")
                 if n == len(docs) and threshold == thresholds[0]:
                     out["extra"] = all_reuters_extras(es, es_url, index, threshold, ids, labels, job)
         finally:
@@ -313,9 +328,37 @@ def reuters_part(es: Elasticsearch, es_url: str, thresholds: Sequence[float], si
     return out
 
 
+def stored_signatures(es: Elasticsearch, index: str, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The stored signatures and shingle counts of ``ids`` (zeros / 0 where not usable)."""
+    from indexer.cluster_docs import stored_values, usable_signature
+
+    config = load_config(environ={})
+    version = __import__("fingerprint").scheme_version(config.fingerprint)
+    num_perm = config.fingerprint.num_perm
+    table = {}
+    for hit in helpers.scan(es, index=index, query={"query": {"match_all": {}}},
+                            _source=[f"{FIELD}.v", f"{FIELD}.sig", f"{FIELD}.n"], size=5000):
+        raw, count = usable_signature(stored_values(hit["_source"]), version, num_perm)
+        table[hit["_id"]] = (raw or b"\0" * (8 * num_perm), count if raw is not None else 0)
+    signatures = np.frombuffer(b"".join(table[i][0] for i in ids), dtype="<u8").astype(np.uint64).reshape(len(ids), -1)
+    return signatures, np.array([table[i][1] for i in ids], dtype=np.int64)
+
+
+def signature_clusters(signatures: np.ndarray, counts: np.ndarray, threshold: float) -> np.ndarray:
+    """The clusters of ``neardup cluster --verify signature`` (same function, same parameters)."""
+    from indexer.cluster import ClusterOptions, cluster_params
+
+    config = load_config(environ={})
+    params = cluster_params(ClusterOptions(index="-", threshold=threshold), config.fingerprint)
+    return cluster_signatures(signatures, counts, params).labels
+
+
 def all_reuters_extras(es: Elasticsearch, es_url: str, index: str, threshold: float, ids: Sequence[str],
                        memory_labels: np.ndarray, memory_job: dict[str, Any]) -> dict[str, Any]:
     extras: dict[str, Any] = {}
+    config = load_config(environ={})
+    signatures, counts = stored_signatures(es, index, ids)
+    signature_labels = signature_clusters(signatures, counts, threshold)
     incremental = cluster_job(es_url, index, threshold, incremental=True)
     extras["incremental"] = incremental
     # the aggregate strategy on a copy with no cluster values yet, and on the clustered index
@@ -338,27 +381,13 @@ def all_reuters_extras(es: Elasticsearch, es_url: str, index: str, threshold: fl
     es.indices.refresh(index=copy)
     try:
         aggregate = cluster_job(es_url, copy, threshold, mode="aggregate")
-        memory_ids = {hit["_id"]: hit["_source"][FIELD]["cluster"] for hit in helpers.scan(
-            es, index=index, query={"query": {"match_all": {}}}, _source=[f"{FIELD}.cluster"], size=5000)}
-        aggregate_ids = {hit["_id"]: hit["_source"][FIELD]["cluster"] for hit in helpers.scan(
-            es, index=copy, query={"query": {"match_all": {}}}, _source=[f"{FIELD}.cluster"], size=5000)}
         extras["aggregate"] = aggregate
-        extras["aggregate_same_ids"] = memory_ids == aggregate_ids
+        # the aggregate strategy verifies on the signatures: compare with --verify signature's clusters
+        extras["aggregate_same_ids"] = agreement(stored_clusters(es, copy, ids), signature_labels)["same_partition"]
         extras["aggregate_rerun"] = cluster_job(es_url, copy, threshold, mode="aggregate")
     finally:
         es.options(ignore_status=404).indices.delete(index=copy)
     # candidate keys, from the stored signatures
-    from indexer.cluster_docs import stored_values, usable_signature
-
-    config = load_config(environ={})
-    version = __import__("fingerprint").scheme_version(config.fingerprint)
-    table = {}
-    for hit in helpers.scan(es, index=index, query={"query": {"match_all": {}}},
-                            _source=[f"{FIELD}.v", f"{FIELD}.sig", f"{FIELD}.n"], size=5000):
-        raw, count = usable_signature(stored_values(hit["_source"]), version, config.fingerprint.num_perm)
-        table[hit["_id"]] = (raw, count)
-    signatures = np.frombuffer(b"".join(table[i][0] for i in ids), dtype="<u8").astype(np.uint64).reshape(len(ids), -1)
-    counts = np.array([table[i][1] for i in ids], dtype=np.int64)
     extras["keys"] = candidate_keys_table(signatures, counts, threshold, config.fingerprint.num_perm)
     # in-memory clustering of the same signatures: rounds versus one round
     for rounds in (True, False):
@@ -371,7 +400,7 @@ def all_reuters_extras(es: Elasticsearch, es_url: str, index: str, threshold: fl
     started = time.perf_counter()
     exact_estimates = group_labels(len(ids), *similar_pairs(signatures, counts, threshold, "resemblance")[:2])
     extras["estimates_single_link_seconds"] = time.perf_counter() - started
-    extras["estimates_agreement"] = agreement(memory_labels, exact_estimates)
+    extras["estimates_agreement"] = agreement(signature_labels, exact_estimates)
     return extras
 
 
@@ -459,30 +488,58 @@ def render(reuters: dict[str, Any] | None, synthetic: dict[str, Any] | None, com
         lines += ["### Reuters-21578: exact single-link versus neardup, side by side", "",
                   f"Stories with a body: {reuters['documents']:,}. Shingling all of them (canonical text, "
                   f"{reuters['shingling']:.1f}s) is common to every method and not in the times below. "
-                  "exact s: exact Jaccard of all pairs + components, from the shingle sets. neardup job s: "
-                  "`neardup cluster` wall time (read fingerprints + cluster + write ids + mapping/_meta), "
-                  "first run on a freshly enriched index (every document gets its id written); "
-                  "read / cluster / write: its parts; rerun s: the same command again (nothing to write). "
+                  "exact s: exact Jaccard of all pairs + components, from the shingle sets. neardup s: "
+                  "`neardup cluster --verify text` wall time (read fingerprints + cluster + verify + write ids "
+                  "+ mapping/_meta/refresh), first run on a freshly enriched index (every document gets its id "
+                  "written); read / cluster / verify / write: its parts (verify: reading the candidates' texts, "
+                  "shingling them, exact intersections; detailed below); rerun s: the same command again (nothing "
+                  "to write). neardup, signatures only: the clusters `--verify signature` gives (the same "
+                  "clustering of the stored signatures, in memory; quality only). "
                   "Quality against TOPICS (pair counting over labelled stories; see the docstring).", ""]
         rows = []
         for r in reuters["rows"]:
             job, rerun = r["job"], r["rerun"]
-            for name, scores, seconds in (("exact single-link", r["exact"], f"{r['exact_seconds']:.2f}"),
-                                          ("neardup", r["neardup"],
-                                           f"{job['wall']:.2f} ({job['seconds'].get('reading', 0):.2f} / "
-                                           f"{job['seconds'].get('cluster', 0):.2f} / {job['seconds'].get('write', 0):.2f}); "
-                                           f"rerun {rerun['wall']:.2f}")):
+            parts = job["seconds"]
+            methods = [("exact single-link", r["exact"], f"{r['exact_seconds']:.2f}"),
+                       ("neardup", r["neardup"],
+                        f"{job['wall']:.2f} ({parts.get('reading', 0):.2f} / {parts.get('cluster', 0):.2f} / "
+                        f"{parts.get('verify', 0):.2f} / {parts.get('write', 0):.2f}); rerun {rerun['wall']:.2f}")]
+            if "signature" in r:
+                methods.append(("neardup, signatures only", r["signature"], "-"))
+            for name, scores, seconds in methods:
                 rows.append([f"{r['n']:,}", f"{r['threshold']:g}", name, fmt(scores["accuracy"]), fmt(scores["precision"]),
                              fmt(scores["recall"], 5), fmt(scores["f"], 5), seconds])
-        lines += table(["docs", "t", "method", "accuracy", "precision", "recall", "F", "seconds (read / cluster / write)"], rows)
-        lines += ["", "Agreement of neardup with exact single-link (pairs of documents put together):", ""]
+        lines += table(["docs", "t", "method", "accuracy", "precision", "recall", "F",
+                        "seconds (read / cluster / verify / write)"], rows)
+        lines += ["", "Agreement with exact single-link (pairs of documents put together): neardup (text "
+                  "verification), and signatures only:", ""]
         rows = [[f"{r['n']:,}", f"{r['threshold']:g}", f"{r['exact_clusters']:,}", f"{r['job']['clusters']:,}",
                  f"{r['agreement']['reference_pairs']:,}", f"{r['agreement']['pairs']:,}",
                  fmt(r["agreement"]["precision"]), fmt(r["agreement"]["recall"]),
+                 str(r["agreement"]["same_partition"]),
+                 (f"{fmt(r['signature_agreement']['precision'])} / {fmt(r['signature_agreement']['recall'])}"
+                  if "signature_agreement" in r else "-"),
                  f"{r['job']['candidates']:,}"] for r in reuters["rows"]]
         lines += table(["docs", "t", "exact clusters (incl. singletons)", "neardup clusters of 2+",
-                        "exact pairs together", "neardup pairs together", "precision", "recall",
-                        "pairs compared by neardup"], rows)
+                        "exact pairs together", "neardup pairs together", "precision", "recall", "same partition",
+                        "signatures only: precision / recall", "pairs compared by neardup"], rows)
+        if any((r["job"].get("verification") or {}).get("method") == "text" for r in reuters["rows"]):
+            lines += ["", "Cost of the text verification (first run; t - δ: the estimate a candidate needs; "
+                      "documents read: texts fetched with `mget` and shingled, each once; pairs: distinct "
+                      "candidate pairs with Ĵ ≥ t - δ, verified on their exact resemblance; by estimate: pairs "
+                      "with a document whose text no longer gives its fingerprint):", ""]
+            rows = []
+            for r in reuters["rows"]:
+                v = r["job"].get("verification") or {}
+                if v.get("method") != "text":
+                    continue
+                sec = v["seconds"]
+                rows.append([f"{r['n']:,}", f"{r['threshold']:g}", f"{v['floor']:.3f}", f"{v['documents_read']:,}",
+                             f"{v['pairs_verified']:,}", f"{v['pairs_by_estimate']:,}", f"{sec['read']:.2f}",
+                             f"{sec['shingle']:.2f}", f"{sec['exact']:.3f}", f"{sec['total']:.2f}",
+                             f"{r['rerun']['seconds'].get('verify', 0):.2f}"])
+            lines += table(["docs", "t", "t - δ", "documents read", "pairs verified", "by estimate", "read s",
+                            "shingle s", "exact s", "verify s", "verify s (rerun)"], rows)
         extra = reuters.get("extra") or {}
         if extra:
             agg, inc = extra["aggregate"], extra["incremental"]
@@ -490,7 +547,8 @@ def render(reuters: dict[str, Any] | None, synthetic: dict[str, Any] | None, com
                       f"* `--mode aggregate` on a copy without cluster values: {agg['wall']:.1f}s "
                       f"(keys pass {agg['seconds'].get('keys', 0):.1f}s, composite aggregation + verification "
                       f"{agg['seconds'].get('buckets', 0):.1f}s, writes {agg['seconds'].get('write', 0):.1f}s); "
-                      f"same cluster id for every document as the memory strategy: **{extra['aggregate_same_ids']}**; "
+                      f"same clusters as `--verify signature` of the memory strategy (the aggregate strategy "
+                      f"verifies on the signatures): **{extra['aggregate_same_ids']}**; "
                       f"again on the clustered copy: {extra['aggregate_rerun']['wall']:.1f}s, "
                       f"{extra['aggregate_rerun']['updated']} written.",
                       f"* `--incremental` with no new document: {inc['wall']:.2f}s, {inc['updated']} written.",

@@ -37,6 +37,16 @@ compared with the next ``window`` representatives in document order (the sorted-
 neighbourhood method). This bounds the work at ``window`` comparisons per member; links
 only reachable through such a bucket may be missed. Capped buckets are counted.
 
+**Verification hook** (``verify``, see :mod:`fingerprint.verify`). By default a candidate is
+linked when its estimate is at least t. With a hook, the candidates whose estimate is at least
+``t - margin`` (:attr:`ClusterParams.margin`; the banding should then be chosen for
+``t - margin``) are passed to ``verify(i, j, equal_slots)``, which returns their similarity
+(e.g. the exact resemblance of the shingle sets); a pair is linked when that similarity is at
+least t. Identical signatures are verified too (they are joined only if the hook links them).
+Skipping pairs already in one cluster is still exact: clusters are then components of the
+links the hook accepted, so the result equals the components of the final round's candidates
+that pass the estimate floor and the hook. The function stays pure as long as the hook is.
+
 **Labels.** ``labels[d]`` is the smallest document index in d's cluster (so a document
 without links is its own label), as :func:`fingerprint.group_labels` gives.
 
@@ -47,7 +57,7 @@ candidate pairs at a time (``chunk_pairs``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence, Set
+from typing import Callable, Mapping, Sequence, Set
 
 import numpy as np
 
@@ -64,11 +74,18 @@ WINDOW = 50
 NEAR_MARGIN = 0.1
 #: Most near-threshold pairs kept (accepted and rejected, each) for the report.
 SAMPLE = 2000
+#: Tolerance of ``similarity ≥ threshold`` for similarities returned by a verification hook.
+VERIFY_EPS = 1e-12
+
+#: ``verify(i, j, equal_slots) -> similarity`` of candidate pairs (see the module docstring).
+PairVerifier = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)
 class ClusterParams:
-    """Threshold, banding, and the limits above. ``rounds=False``: one round at the final rows."""
+    """Threshold, banding, and the limits above. ``rounds=False``: one round at the final rows.
+    ``margin``: with a verification hook, candidates whose estimate is at least
+    ``threshold - margin`` are verified by the hook (without a hook it is not used)."""
 
     threshold: float
     banding: Banding
@@ -76,10 +93,13 @@ class ClusterParams:
     max_pairs_per_bucket: int = MAX_PAIRS_PER_BUCKET
     window: int = WINDOW
     chunk_pairs: int = CHUNK_PAIRS
+    margin: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold = {self.threshold!r}: must be from 0 to 1")
+        if not 0.0 <= self.margin <= 1.0:
+            raise ValueError(f"margin = {self.margin!r}: must be from 0 to 1")
         if self.max_pairs_per_bucket < 1 or self.window < 1 or self.chunk_pairs < 1:
             raise ValueError("max_pairs_per_bucket, window and chunk_pairs must be positive")
 
@@ -98,6 +118,7 @@ class RoundStats:
     buckets: int = 0          # keys shared by ≥ 2 documents of different clusters
     candidates: int = 0       # pairs compared
     linked: int = 0           # of those, at or above the threshold
+    verified: int = 0         # of those, passed to the verification hook (estimate ≥ t - margin)
     merges: int = 0           # clusters that disappeared by merging in this round
     capped_buckets: int = 0
 
@@ -290,9 +311,12 @@ def unique_pairs(i: np.ndarray, j: np.ndarray, n: int) -> tuple[np.ndarray, np.n
 
 # --- the clustering ------------------------------------------------------------------------------
 
-def merge_identical(signatures: np.ndarray, rows: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, int]:
+def merge_identical(signatures: np.ndarray, rows: np.ndarray, labels: np.ndarray,
+                    link: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> tuple[np.ndarray, int]:
     """Join the rows with identical signatures (Ĵ = 1: linked at any threshold) without
-    comparing them pairwise; returns the labels and how many rows joined another."""
+    comparing them pairwise; returns the labels and how many rows joined another.
+    ``link(members, firsts)`` (optional): which of the pairs (member, first row of its
+    signature) to join; by default all."""
     full = Banding(signatures.shape[1], signatures.shape[1], 1).keys(signatures[rows])[:, 0]
     order = np.argsort(full, kind="stable")
     starts, sizes = _runs(full[order])
@@ -303,16 +327,21 @@ def merge_identical(signatures: np.ndarray, rows: np.ndarray, labels: np.ndarray
     members = rows[order[np.repeat(starts, sizes) + _ramp(sizes)]]
     firsts = np.repeat(rows[order[starts]], sizes)
     equal = np.all(signatures[members] == signatures[firsts], axis=1)  # rule out key collisions
+    equal &= members != firsts
+    if link is not None and equal.any():
+        equal[equal] = link(members[equal], firsts[equal])
     merged = group_labels(len(labels), labels[members[equal]], labels[firsts[equal]])
-    return merged[labels], int(np.count_nonzero(equal)) - len(starts)
+    return merged[labels], int(np.count_nonzero(equal))
 
 
 def cluster_signatures(signatures: np.ndarray, counts: np.ndarray, params: ClusterParams,
-                       labels: np.ndarray | None = None) -> Clustering:
+                       labels: np.ndarray | None = None, verify: PairVerifier | None = None) -> Clustering:
     """Single-link clusters of the signatures at ``params.threshold`` (module docstring).
 
     ``labels`` (optional): clusters known beforehand (each label a member index of its
     cluster), e.g. from an earlier run; they are kept together and refined by merging only.
+    ``verify`` (optional): the verification hook (module docstring, :mod:`fingerprint.verify`);
+    the near-threshold samples then hold the similarities it returned.
     """
     signatures = np.asarray(signatures)
     counts = np.asarray(counts)
@@ -330,20 +359,48 @@ def cluster_signatures(signatures: np.ndarray, counts: np.ndarray, params: Clust
     result = Clustering(labels, [], PairSample(), PairSample())
     if len(rows) < 2:
         return result
-    labels, joined = merge_identical(signatures, rows, labels)
-    result.rounds.append(RoundStats(k, 1, linked=joined, merges=joined))
+    floor = needed_matches(max(params.threshold - params.margin, 0.0), k) if verify is not None else need
+    identical = RoundStats(k, 1)
+
+    def hook(i: np.ndarray, j: np.ndarray, equal: np.ndarray, stats: RoundStats) -> np.ndarray:
+        """The hook's similarities of pairs passing the estimate floor (others: their estimate)."""
+        sim = equal / k
+        passed = equal >= floor
+        stats.verified += int(np.count_nonzero(passed))
+        if passed.any():
+            found = np.asarray(verify(i[passed], j[passed], equal[passed]), dtype=np.float64)  # type: ignore[misc]
+            if found.shape != (int(np.count_nonzero(passed)),):
+                raise ValueError(f"verify returned shape {found.shape}, expected one value per pair")
+            sim[passed] = found
+        return sim
+
+    def link_identical(members: np.ndarray, firsts: np.ndarray) -> np.ndarray:
+        sim = hook(members, firsts, np.full(len(members), k, dtype=np.int64), identical)
+        identical.candidates += len(members)
+        return sim >= params.threshold - VERIFY_EPS
+
+    labels, joined = merge_identical(signatures, rows, labels, link_identical if verify is not None else None)
+    identical.linked = identical.merges = joined
+    result.rounds.append(identical)
     sigs = signatures[rows]
 
-    def verify(i: np.ndarray, j: np.ndarray, stats: RoundStats) -> tuple[np.ndarray, np.ndarray]:
+    def verify_pairs(i: np.ndarray, j: np.ndarray, stats: RoundStats) -> tuple[np.ndarray, np.ndarray]:
         i, j = unique_pairs(i, j, n)
         stats.candidates += len(i)
         equal = equal_slots(signatures, i, j)
-        linked = equal >= need
+        if verify is None:
+            linked = equal >= need
+            close = linked & (equal < near_top)
+            missed = ~linked & (equal >= near_floor)
+            sim = equal / k
+        else:
+            sim = hook(i, j, equal, stats)
+            linked = (equal >= floor) & (sim >= params.threshold - VERIFY_EPS)
+            close = linked & (sim < params.threshold + NEAR_MARGIN)
+            missed = ~linked & (sim >= params.threshold - NEAR_MARGIN) & (sim > 0)
         stats.linked += int(np.count_nonzero(linked))
-        close = linked & (equal < near_top)
-        result.near_linked.add(i[close], j[close], equal[close] / k)
-        missed = ~linked & (equal >= near_floor)
-        result.near_rejected.add(i[missed], j[missed], equal[missed] / k)
+        result.near_linked.add(i[close], j[close], sim[close])
+        result.near_rejected.add(i[missed], j[missed], sim[missed])
         return i[linked], j[linked]
 
     def merge(li: list[np.ndarray], lj: list[np.ndarray], labels: np.ndarray) -> np.ndarray:
@@ -365,7 +422,7 @@ def cluster_signatures(signatures: np.ndarray, counts: np.ndarray, params: Clust
             # first, so that the cross-cluster pairs left to compare are few
             li, lj = [], []
             for part in _chunks(buckets.bucket_size[crowded], params.chunk_pairs):
-                i, j = verify(*star_pairs(buckets, crowded[part]), stats)
+                i, j = verify_pairs(*star_pairs(buckets, crowded[part]), stats)
                 li.append(i)
                 lj.append(j)
             labels = merge(li, lj, labels)
@@ -381,7 +438,7 @@ def cluster_signatures(signatures: np.ndarray, counts: np.ndarray, params: Clust
         work += [("window", part) for part in np.array_split(capped, max(1, len(capped) // 64))] if len(capped) else []
         for kind, part in work:
             pairs = cross_pairs(buckets, plain[part]) if kind == "all" else window_pairs(buckets, part, params.window)
-            i, j = verify(*pairs, stats)
+            i, j = verify_pairs(*pairs, stats)
             link_i.append(i)
             link_j.append(j)
         labels = merge(link_i, link_j, labels)

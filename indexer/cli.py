@@ -234,11 +234,13 @@ def load_command(args: argparse.Namespace, config: Config) -> int:
     from indexer.lines import open_input
     from indexer.load import Loader, LoadOptions, format_load_summary
     from indexer.tfidf import make_enricher
+    from neardup.config import collapse_settings_for
 
     threshold, mode = _similarity_settings(args, config)
     options = LoadOptions(index=args.index, fields=_fields(args, config), id_field=args.id_field,
                           on_duplicate=args.on_duplicate, threshold=threshold, mode=mode,  # type: ignore[arg-type]
-                          batch_size=args.batch_size or config.indexer.batch_size)
+                          batch_size=args.batch_size or config.indexer.batch_size,
+                          seed_threshold=collapse_settings_for(config.collapse, args.index)[1])
     source = open_input(args.file)
     check_upstream(config)
     client = make_client(config.upstream)

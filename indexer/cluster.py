@@ -13,7 +13,10 @@ Strategies (``--mode``):
 
 * ``memory``: read ``v``, ``sig``, ``n`` and the stored cluster values of every document
   (point in time, one slice per worker thread, ``_source`` filtered to ``neardup.*``), cluster
-  in memory, write what changed. About K·8 + 300 bytes of memory per document.
+  in memory, write what changed. About K·8 + 300 bytes of memory per document. Candidate pairs
+  are verified on the exact resemblance of the documents' texts, read back for the candidates
+  only (``--verify text``, the default; :mod:`indexer.cluster_verify`), or on the signatures
+  (``--verify signature``). The other strategies verify on the signatures.
 * ``aggregate`` (:mod:`indexer.cluster_aggregate`): for indices larger than one machine holds.
   The band keys are written first, then a ``composite`` aggregation over ``neardup.bands``
   (computed by the cluster across its shards) lists the keys held by more than one document;
@@ -33,10 +36,26 @@ Writes are the indexer's conditional partial updates (:mod:`indexer.writer`): on
 each conditional on the ``_seq_no`` read. A document changed meanwhile is re-read: if its
 fingerprint is the same, the update is retried; if not, it is left for the next run.
 
+Seeds: until an index is first clustered, the indexer (``neardup index``, ``neardup load``)
+writes with every fingerprint the values a singleton gets here (``cluster`` = the document's
+key, ``bands`` = its keys for the default threshold; :mod:`indexer.cluster_seed`). The first
+full run (no index had ``_meta.neardup_clusters`` when it started) takes no stored value as a
+previous id (:meth:`Job.previous_ids`), so its ids are those of a first run without seeds (the
+smallest member key), also when only some documents have a seed; it compares what it computed
+with what is stored as always, so it writes only what differs: the members that join another
+member's cluster (475 of 19,043 stories on Reuters, instead of all of them), and documents
+without a seed (loaded by another program, fingerprinted by ``neardup enrich``, or without a
+fingerprint).
+
 The index mapping's ``_meta.neardup_clusters`` records the threshold, mode, scheme version and
-LSH parameters the clusters were built for, and ``state``: ``building`` while a run writes,
-``ready`` when every document holds its value. The proxy collapses natively on
-``neardup.cluster`` only when the state is ``ready`` and the threshold and scheme match.
+LSH parameters the clusters were built for, and ``state``: ``building`` from the start of a full
+run (put together with the missing ``neardup`` sub-fields, in one put-mapping request *before*
+the run's refresh and point in time: from then on the indexer writes no seeds, and withdraws
+the seeds it wrote that this run may not have seen; see :mod:`indexer.cluster_seed`), ``ready``
+when every document holds its value (put after the final refresh, so that whoever reads
+``ready`` also finds the values searchable; the refresh is skipped when nothing was written).
+The proxy collapses natively on ``neardup.cluster`` only when the state is ``ready``, the
+threshold and scheme match, and no document lacks a value.
 """
 
 from __future__ import annotations
@@ -50,15 +69,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
-from elasticsearch import Elasticsearch
+from elasticsearch import ApiError, Elasticsearch
 
 from fingerprint import FIELD, FingerprintParams, scheme_version
 from fingerprint.clustering import ClusterParams, Clustering, PairSample, RoundStats, assign_ids, cluster_signatures
 from fingerprint.lsh import Banding, choose_banding, key_strings
 from indexer.client import display_url, make_client
-from indexer.cluster_docs import (BANDS, CLUSTER, CLUSTER_MAPPING, SOURCE_FIELDS, DocTable, Planned,
+from indexer.cluster_verify import cluster_table
+from indexer.cluster_docs import (BANDS, CLUSTER, CLUSTER_MAPPING, SOURCE_FIELDS, DocTable, Planned, Stored,
                                   doc_key, split_key, stored_values)
-from indexer.errors import JobError
+from indexer.errors import JobError, error_type_and_reason
 from indexer.mapping import plan_neardup_mapping, put_neardup_mapping
 from indexer.progress import Progress
 from indexer.query import SliceSpec
@@ -91,6 +111,7 @@ class ClusterOptions:
     memory_limit_mb: int = 2048
     supershingles: bool = True
     rounds: bool = True
+    verify: str = "text"             # memory strategy: "text" (exact) or "signature"; see indexer.cluster_verify
 
 
 @dataclass(frozen=True)
@@ -101,10 +122,12 @@ class ClusterSettings:
     threshold: float
     banding: Banding
     with_index: bool
+    verification: str = "signature"  # how links were verified (indexer.cluster_verify); not checked
 
     def meta(self, state: str, **figures: Any) -> dict[str, Any]:
         return {"state": state, "threshold": self.threshold, "mode": "resemblance", "version": self.version,
                 "lsh": self.banding.describe(), "keys": "index/id" if self.with_index else "id",
+                "verification": self.verification,
                 "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 **figures}
 
@@ -151,6 +174,7 @@ class ClusterResult:
     merged: int = 0                  # incremental: existing clusters merged into another
     seconds: dict[str, float] = field(default_factory=dict)
     report: str | None = None
+    verification: Any = None         # indexer.cluster_verify.VerifyStats (memory strategy)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -165,6 +189,7 @@ class ClusterResult:
             "failed": self.stats.failed, "failures": self.stats.failures.counts,
             "new_documents": self.new_documents, "joined": self.joined, "merged": self.merged,
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()}, "report": self.report,
+            "verification": self.verification.to_dict() if self.verification is not None else {"method": "signature"},
         }
 
 
@@ -180,6 +205,8 @@ def format_result(result: ClusterResult) -> str:
         "malformed or no words)",
         f"  clusters (2+)      {result.clusters}  holding {result.in_clusters} documents, largest {result.largest}",
         f"  candidates         {result.candidates} compared, {result.linked} at or above the threshold",
+        "  verification       " + (result.verification.describe() if result.verification is not None
+                                    else "signature estimates (Ĵ ≥ t)"),
     ]
     if result.incremental:
         lines.append(f"  new documents      {result.new_documents}: {result.joined} joined existing clusters, "
@@ -219,10 +246,19 @@ class Job:
     root_mappings: dict[str, Any]
     result: ClusterResult
     progress: Progress
+    #: no index had clusters in its ``_meta`` when the run started: stored values are seeds
+    first_run: bool = False
 
     @property
     def num_perm(self) -> int:
         return self.config.fingerprint.num_perm
+
+    def previous_ids(self, stored: Sequence[Stored]) -> list[str | None]:
+        """The previous cluster id of each document for :func:`assign_ids` in a full run. On an
+        index never clustered, what documents hold are seeds (their own key, see
+        :mod:`indexer.cluster_seed`) or values copied from elsewhere: none is an id to keep, so
+        the ids are those of a first run, whether or not every document has a seed."""
+        return [None] * len(stored) if self.first_run else [s.cluster for s in stored]
 
     def key(self, index: str, doc_id: str) -> str:
         return doc_key(index, doc_id, self.settings.with_index)
@@ -299,14 +335,29 @@ class Job:
 
     def put_meta(self, state: str, **figures: Any) -> None:
         started = time.perf_counter()
-        value = self.settings.meta(state, **figures)
-        for index in self.indices:
-            current = dict(self.root_mappings.get(index, {}).get("_meta") or {})
-            current[META_KEY] = value
-            self.retrier.call("recording the clusters in _meta",
-                              lambda: self.client.indices.put_mapping(index=index, meta=current))
-            self.root_mappings.setdefault(index, {})["_meta"] = current
+        put_cluster_meta(self.client, self.retrier, self.indices, self.root_mappings, self.settings.meta(state, **figures))
         self.timed("meta", started)
+
+
+def put_cluster_meta(client: Elasticsearch, retrier: Retrier, indices: Sequence[str], root_mappings: dict[str, Any],
+                     value: Mapping[str, Any], properties: Mapping[str, Any] | None = None) -> None:
+    """Record ``value`` as ``_meta.neardup_clusters`` of every index (other ``_meta`` keys kept),
+    with the missing ``neardup`` sub-fields ``properties`` in the same put-mapping request."""
+    for index in indices:
+        current = dict(root_mappings.get(index, {}).get("_meta") or {})
+        current[META_KEY] = dict(value)
+        body: dict[str, Any] = {"meta": current}
+        if properties:
+            body["properties"] = {FIELD: {"properties": dict(properties)}}
+        try:
+            retrier.call("recording the clusters in _meta", lambda: client.indices.put_mapping(index=index, **body))
+        except ApiError as exc:
+            if not properties or exc.meta.status in (401, 403, 404):
+                raise
+            kind, reason = error_type_and_reason(exc.body)
+            raise JobError(f"Elasticsearch refused the neardup mapping for {index} ({kind}: {reason}); "
+                           "nothing was changed") from None
+        root_mappings.setdefault(index, {})["_meta"] = current
 
 
 def _unused_fingerprint_source(source: Mapping[str, Any]):  # pragma: no cover - ClusterUpdater overrides its use
@@ -429,10 +480,12 @@ def run_memory(job: Job) -> ReportInput:
     keys = [keys[p] for p in order]
     count_fingerprints(job.result, table)
     started = time.perf_counter()
-    clustering = cluster_signatures(table.signatures(), table.count_array(), job.params)
-    ids = assign_ids(keys, clustering.labels, [s.cluster for s in table.stored])
+    # verification step (clustering-quality): links verified on the texts or on the signatures
+    clustering = cluster_table(job, table)
+    job.result.seconds["verify"] = sum(job.result.verification.seconds.values())
+    ids = assign_ids(keys, clustering.labels, job.previous_ids(table.stored))
     bands = band_strings(job.params.banding, table)
-    job.result.seconds["cluster"] = time.perf_counter() - started
+    job.result.seconds["cluster"] = time.perf_counter() - started - job.result.seconds["verify"]
     add_rounds(job.result, clustering)
     describe_clusters(job.result, ids)
     planned = []
@@ -440,8 +493,7 @@ def run_memory(job: Job) -> ReportInput:
         want = Planned(cluster, keys_of_row, table.stored[row].token)
         if want.differs(table.stored[row]):
             planned.append(pending_for(table, row, want))
-    job.put_meta("building")
-    job.write(planned)
+    job.write(planned)  # (`building` was recorded before the refresh, in run_cluster)
     return ReportInput(ids, keys, pair_keys(clustering.near_linked, keys), pair_keys(clustering.near_rejected, keys))
 
 
@@ -554,19 +606,32 @@ def run_cluster(config: Config, options: ClusterOptions, *, progress: Progress |
                 if reason:
                     raise JobError(f"cannot add to the clusters of {index}: {reason}; run `neardup cluster "
                                    f"--index {options.index}` without --incremental first")
+        first_run = not any(isinstance((m.get("_meta") or {}).get(META_KEY), Mapping)
+                            for m in plan.root_mappings.values())
+        mapping_started = time.perf_counter()
+        if options.incremental:
+            put_neardup_mapping(client, retrier, options.index, plan)
+        else:
+            # `building` before the refresh and the point in time: from here on the indexer writes
+            # no cluster seeds, and withdraws those it wrote that this run may not see
+            # (indexer.cluster_seed); the missing sub-fields go in the same request
+            put_cluster_meta(client, retrier, indices, plan.root_mappings, settings.meta("building"), plan.missing)
+        mapping_seconds = time.perf_counter() - mapping_started
         # Searches see only refreshed writes: without this, fingerprints written just before (by a
         # `neardup index` that has finished) could be read as missing, and their documents left
         # without a cluster id as "changed meanwhile".
+        refresh_started = time.perf_counter()
         retrier.call("refreshing", lambda: client.indices.refresh(index=options.index))
+        refresh_seconds = time.perf_counter() - refresh_started
         documents = retrier.call("counting documents", lambda: client.count(index=options.index))["count"]
         strategy = "incremental" if options.incremental else choose_strategy(options, documents, config.fingerprint.num_perm)
         result = ClusterResult(options.index, strategy, options.incremental, options.threshold, params.banding)
         progress = progress or Progress.for_stream(sys.stderr, f"cluster {options.index}")
         progress.add_total(documents)
-        job = Job(config, options, client, retrier, settings, params, indices, plan.root_mappings, result, progress)
-        mapping_started = time.perf_counter()
-        put_neardup_mapping(client, retrier, options.index, plan)
-        job.timed("mapping", mapping_started)
+        job = Job(config, options, client, retrier, settings, params, indices, plan.root_mappings, result, progress,
+                  first_run=first_run)
+        result.seconds["mapping"] = mapping_seconds
+        result.seconds["first refresh"] = refresh_seconds
         if options.incremental:
             report = run_incremental(job)
         elif strategy == "memory":
@@ -582,9 +647,10 @@ def run_cluster(config: Config, options: ClusterOptions, *, progress: Progress |
         else:
             figures = {k: v for k, v in ((job.root_mappings[indices[0]].get("_meta") or {}).get(META_KEY) or {}).items()
                        if k in ("documents", "clusters", "in_clusters", "largest")}
+        if result.stats.updated:
+            job.refresh()  # before `ready`: the proxy relies on the values once it reads `ready`
         if result.stats.failed == 0:
             job.put_meta("ready", **figures)
-        job.refresh()
         progress.close()
         if options.report:
             from indexer.cluster_report import write_report

@@ -97,7 +97,6 @@ class Forest:
 
 
 def run_aggregate(job: Job) -> ReportInput:
-    job.put_meta("building")
     started = time.perf_counter()
     _write_keys(job)
     job.refresh()
@@ -198,7 +197,7 @@ def _link_batch(job: Job, keys: list[str], forest: Forest, report: ReportInput) 
     order = sorted(range(len(doc_keys)), key=doc_keys.__getitem__)  # row order = key order
     table = table.take(order)
     doc_keys = [doc_keys[p] for p in order]
-    nodes = np.array([forest.node(k, s.cluster) for k, s in zip(doc_keys, table.stored)], dtype=np.int64)
+    nodes = np.array([forest.node(k, p) for k, p in zip(doc_keys, job.previous_ids(table.stored))], dtype=np.int64)
     bucket_of, row_of = [], []
     counts = table.count_array()
     for row, stored in enumerate(table.stored):

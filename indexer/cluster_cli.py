@@ -31,7 +31,7 @@ def cluster_command(args: argparse.Namespace, config: Config) -> int:
         title_fields=_fields(args, config),
         workers=args.workers or config.indexer.workers,
         batch_size=args.batch_size or config.indexer.batch_size, memory_limit_mb=args.memory_limit,
-        supershingles=not args.no_supershingles, rounds=not args.single_round)
+        supershingles=not args.no_supershingles, rounds=not args.single_round, verify=args.verify)
     check_upstream(config)
     result = run_cluster(config, options)
     print(json.dumps(result.to_dict()) if args.json else format_result(result))
@@ -44,7 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "cluster", help="find the near-duplicate clusters of a whole index and store their ids",
         description="Cluster the documents of an index by their stored fingerprints: single-link "
         "clusters at a resemblance threshold, found with LSH bands of the signatures (iteratively, "
-        "from many rows per band to few) and verified on the signatures. Every document gets a "
+        "from many rows per band to few) and verified by the exact resemblance of their texts (memory "
+        "strategy, see --verify) or by the signatures. Every document gets a "
         "stable neardup.cluster id (a cluster keeps its id while its founding member stays in it; "
         "when clusters merge, the larger one's id survives) and, if it has a fingerprint, its LSH "
         "keys in neardup.bands. Only values that change are written, with partial updates "
@@ -66,8 +67,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="also write an HTML report: cluster sizes, the largest clusters with "
                         "titles, and pairs near the threshold with their similarity")
     parser.add_argument("--field", action="append", metavar="F",
-                        help="field shown as the title in the report, then fields for the opening "
-                        "(default: indexer.fields of the configuration)")
+                        help="text field, repeat for several: the fields `neardup index` fingerprinted, "
+                        "in the same order; read back by --verify text, and shown in the report (the first "
+                        "as the title) (default: indexer.fields of the configuration)")
     parser.add_argument("--workers", type=_positive, metavar="N",
                         help="point-in-time slices read in parallel (default: indexer.workers)")
     parser.add_argument("--batch-size", type=_positive, metavar="N",
@@ -81,5 +83,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--single-round", action="store_true",
                         help="one LSH round at the final rows per band instead of the iterative "
                         "rounds (same clusters, more comparisons)")
+    parser.add_argument("--verify", choices=["text", "signature"], default="text",
+                        help="how candidate pairs are verified by the memory strategy: text (default): "
+                        "exact resemblance of the shingle sets, from the --field texts read back for the "
+                        "candidates (candidates with an estimate down to 3 standard errors below the "
+                        "threshold; a document whose text no longer gives its stored fingerprint is "
+                        "verified by its estimate), so the clusters are those of exact single-link; "
+                        "signature: the estimate of the stored signatures (no texts read). --mode aggregate "
+                        "and --incremental always verify on the signatures")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     parser.set_defaults(handler=cluster_command)

@@ -54,6 +54,8 @@ class ReportData:
     near_rejected: list[tuple[float, Doc, Doc]]
     s_curve: list[tuple[float, float]] = field(default_factory=list)
     generated: str = ""
+    #: what the pairs' similarity is (``neardup cluster --verify``)
+    measure: str = "estimated resemblance"
 
 
 def size_distribution(cluster_sizes: Sequence[int], singletons_outside: int = 0) -> list[tuple[str, int, int]]:
@@ -110,12 +112,13 @@ def _doc_cell(doc: Doc) -> str:
             f'<div class="snip">{_e(doc.snippet)}</div>')
 
 
-def _pairs_table(pairs: Sequence[tuple[float, Doc, Doc]], empty: str) -> str:
+def _pairs_table(pairs: Sequence[tuple[float, Doc, Doc]], empty: str,
+                 measure: str = "estimated resemblance") -> str:
     if not pairs:
         return f'<p class="muted">{_e(empty)}</p>'
     rows = "".join(f'<tr><td class="sim">{s:.3f}</td><td>{_doc_cell(a)}</td><td>{_doc_cell(b)}</td></tr>'
                    for s, a, b in pairs)
-    return ('<table class="pairs"><tr><th>estimated resemblance</th><th>document</th><th>document</th></tr>'
+    return (f'<table class="pairs"><tr><th>{_e(measure)}</th><th>document</th><th>document</th></tr>'
             f"{rows}</table>")
 
 
@@ -143,7 +146,7 @@ def render_report(data: ReportData) -> str:
 <style>{_CSS}</style></head>
 <body>
 <h1>Near-duplicate clusters of <code>{_e(data.index)}</code></h1>
-<p class="muted">Single-link clusters at estimated resemblance ≥ {data.threshold:g}, generated {_e(data.generated)}.</p>
+<p class="muted">Single-link clusters at {_e(data.measure)} ≥ {data.threshold:g}, generated {_e(data.generated)}.</p>
 <dl class="figs">{figs}</dl>
 
 <h2>Cluster sizes</h2>
@@ -154,11 +157,11 @@ def render_report(data: ReportData) -> str:
 
 <h2>Pairs just above the threshold (linked)</h2>
 <p>If these do not look like the same text, raise the threshold.</p>
-{_pairs_table(data.near_linked, "No linked pair within 0.1 above the threshold.")}
+{_pairs_table(data.near_linked, "No linked pair within 0.1 above the threshold.", data.measure)}
 
 <h2>Pairs just below the threshold (compared, not linked)</h2>
 <p>If these look like the same text, lower the threshold.</p>
-{_pairs_table(data.near_rejected, "No compared pair within 0.1 below the threshold.")}
+{_pairs_table(data.near_rejected, "No compared pair within 0.1 below the threshold.", data.measure)}
 
 <h2>Candidate probability</h2>
 <p>LSH with {_e(lsh.get("bands"))} bands of {_e(lsh.get("rows"))} minhashes (of {_e(lsh.get("num_perm"))}):
@@ -214,7 +217,9 @@ def build_report_data(job: Any, report: Any, sources: Mapping[str, Mapping[str, 
         near_linked=[(s, doc(a), doc(b)) for a, b, s in near_pairs(report.near_linked, threshold, PAIRS_SHOWN)],
         near_rejected=[(s, doc(a), doc(b)) for a, b, s in near_pairs(report.near_rejected, threshold, PAIRS_SHOWN)],
         s_curve=[(s, float(banding.probability(s))) for s in (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)],
-        generated=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+        generated=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        measure=("resemblance (exact, from the texts)" if getattr(job.settings, "verification", "") == "text"
+                 else "estimated resemblance"))
 
 
 def needed_keys(report: Any, threshold: float) -> list[str]:

@@ -16,6 +16,12 @@ values ``neardup cluster`` derived from the old fingerprint (``cluster``, ``band
 fingerprint changes they are dropped (:data:`CLUSTER_KEYS`), so that no document is grouped by
 an outdated cluster id; ``neardup cluster --incremental`` places it again.
 
+These functions and ``neardup enrich`` write no cluster *seeds* (the values a singleton gets
+from ``neardup cluster``): they do not know the index the documents are bound for, nor whether
+it was ever clustered, nor always the ``_id``. ``neardup index`` and ``neardup load`` do, and
+seed while the index has never been clustered (:mod:`indexer.cluster_seed`; ``load`` passes
+the seed as ``extra`` to :meth:`EnrichedLine.render`).
+
 :func:`enrich_line` is the byte-preserving form used by ``neardup enrich`` and ``neardup
 load``: when the line has no ``neardup`` key yet, the fingerprint is spliced in before the
 closing brace, so every other byte of the line (number spellings, escapes, key order) is

@@ -14,6 +14,15 @@ parent is gone (the job was killed: nothing is left running).
 
 Nothing is kept outside Elasticsearch: a killed job is resumed by running it again, since
 the selection leaves out documents that already carry the current scheme version.
+
+Cluster seeds: while the index has never been clustered, each fingerprint is written together
+with the values ``neardup cluster`` gives a singleton (``neardup.cluster`` = the document's key,
+``neardup.bands`` = its LSH keys), so that the first cluster run writes only the documents
+that join another's cluster. The parent maps ``neardup.cluster``/``neardup.bands`` (keyword)
+with the other sub-fields and decides whether seeds are possible (:func:`seed_plan`); every
+worker checks the index's ``_meta`` after each acknowledged bulk request and withdraws the
+request's seeds if clusters appeared meanwhile (:mod:`indexer.cluster_seed`). Once the index
+has clusters, a changed fingerprint clears the cluster values instead.
 """
 
 from __future__ import annotations
@@ -36,9 +45,10 @@ from elasticsearch import ApiError, AuthorizationException, Elasticsearch
 from fingerprint import FIELD, Fingerprinter, scheme_version
 from fingerprint.tfidf import TF_FIELD
 from indexer.client import display_url, make_client
+from indexer.cluster_seed import SeedPlan, Seeder, plan_mapping_with_seeds, seed_plan
 from indexer.enrich import STORED_PATHS, cleared_cluster_keys, compute_fingerprint
 from indexer.errors import JobError, error_type_and_reason, explain
-from indexer.mapping import field_paths, plan_neardup_mapping, put_neardup_mapping, text_fields
+from indexer.mapping import field_paths, put_neardup_mapping, text_fields
 from indexer.progress import Progress
 from indexer.query import TF_VERSION_PATH, SliceSpec, already_current, plan_slices, selection
 from indexer.reader import SliceReader
@@ -46,7 +56,7 @@ from indexer.retry import Retrier
 from indexer.stats import JobStats
 from indexer.tfidf import TfidfEnricher, make_enricher, neardup_of, source_texts, tf_properties
 from indexer.writer import BulkUpdater
-from neardup.config import Config
+from neardup.config import Config, collapse_settings_for
 
 log = logging.getLogger(__name__)
 
@@ -124,20 +134,26 @@ def check_fields(client: Elasticsearch, retrier: Retrier, options: IndexOptions,
             raise
 
 
-def prepare(config: Config, options: IndexOptions) -> None:
-    """All checks, then the mapping; raises :class:`JobError` having changed nothing on a problem."""
+def prepare(config: Config, options: IndexOptions) -> SeedPlan | None:
+    """All checks, then the mapping; raises :class:`JobError` having changed nothing on a problem.
+
+    Returns how the workers seed cluster values (None: they write none)."""
     client = make_client(config.upstream)
     retrier = Retrier(display_url(config.upstream), config.indexer.max_retries)
     # a bad synonym list stops the job here, not in each worker
     tfidf = make_enricher(config, client, retrier) if config.tfidf.enabled else None
     try:
-        plan = plan_neardup_mapping(client, retrier, options.index,
-                                    extra=tf_properties() if tfidf is not None else None)
+        plan, mapped = plan_mapping_with_seeds(client, retrier, options.index,
+                                               extra=tf_properties() if tfidf is not None else None)
         check_fields(client, retrier, options, plan.root_mappings)
         put_neardup_mapping(client, retrier, options.index, plan)
         for index in sorted(plan.root_mappings) if tfidf is not None else ():
             tfidf.store(index).ensure_index()  # before the workers race to create it
         refresh_before_reading(client, retrier, options.index)
+        if not mapped:
+            return None
+        _, threshold, _ = collapse_settings_for(config.collapse, options.index)
+        return seed_plan(options.index, threshold, config.fingerprint, plan.root_mappings)
     except ApiError as exc:
         raise JobError(explain(exc, display_url(config.upstream), options.index)) from None
     finally:
@@ -194,8 +210,9 @@ def count_page(tfidf: TfidfEnricher, hits: Sequence[Mapping[str, Any]], fields: 
 
 
 def run_slice(config: Config, options: IndexOptions, spec: SliceSpec, version: str,
-              report: Any, stop: Any, parent_pid: int) -> JobStats:
-    """Enrich one slice; ``report(kind, payload)`` sends counters to the parent."""
+              report: Any, stop: Any, parent_pid: int, seeds: SeedPlan | None = None) -> JobStats:
+    """Enrich one slice; ``report(kind, payload)`` sends counters to the parent; ``seeds``:
+    write cluster seeds while the index has no clusters (see the module docstring)."""
     stats = JobStats()
     client = make_client(config.upstream)
     retrier = Retrier(display_url(config.upstream), config.indexer.max_retries)
@@ -209,8 +226,9 @@ def run_slice(config: Config, options: IndexOptions, spec: SliceSpec, version: s
                                    since_field=options.since_field, tf_version=tf_version),
                          spec, options.batch_size, config.indexer.keep_alive,
                          tuple(options.fields) + STORED_PATHS + ((TF_VERSION_PATH,) if tfidf is not None else ()))
+    seeder = Seeder(client, retrier, seeds, config.indexer.max_retries, stats.failures) if seeds else None
     updater = BulkUpdater(client, retrier, fingerprint_function(options.fields, fingerprinter, tfidf),
-                          tuple(options.fields) + STORED_PATHS, config.indexer.max_retries, stats)
+                          tuple(options.fields) + STORED_PATHS, config.indexer.max_retries, stats, seeder)
     reported = JobStats()
 
     def report_progress() -> None:
@@ -268,7 +286,7 @@ def _delta(now: JobStats, before: JobStats) -> JobStats:
 
 
 def _worker_main(config: Config, options: IndexOptions, spec: SliceSpec, version: str,
-                 messages: Any, stop: Any, parent_pid: int) -> None:
+                 messages: Any, stop: Any, parent_pid: int, seeds: SeedPlan | None = None) -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it sets ``stop``
 
@@ -276,7 +294,7 @@ def _worker_main(config: Config, options: IndexOptions, spec: SliceSpec, version
         messages.put((kind, str(spec), payload))
 
     try:
-        run_slice(config, options, spec, version, report, stop, parent_pid)
+        run_slice(config, options, spec, version, report, stop, parent_pid, seeds)
         report("done", None)
     except JobError as exc:
         report("error", str(exc))
@@ -295,7 +313,7 @@ def _context() -> Any:
 
 def run_job(config: Config, options: IndexOptions, *, progress: Progress | None = None) -> JobResult:
     """Check, put the mapping, run the workers; :class:`JobError` if the job cannot start."""
-    prepare(config, options)
+    seeds = prepare(config, options)
     version = scheme_version(config.fingerprint)
     specs = plan_slices(options.host_slice, options.host_slices, options.workers)
     progress = progress or Progress.for_stream(sys.stderr, options.index)
@@ -304,7 +322,7 @@ def run_job(config: Config, options: IndexOptions, *, progress: Progress | None 
     stop = context.Event()
     started = time.perf_counter()
     workers = {str(spec): context.Process(target=_worker_main, name=f"neardup-index-{spec}",
-                                          args=(config, options, spec, version, messages, stop, os.getpid()),
+                                          args=(config, options, spec, version, messages, stop, os.getpid(), seeds),
                                           daemon=True)
                for spec in specs}
     stats = JobStats()

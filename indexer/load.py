@@ -23,6 +23,17 @@ one ``_msearch`` per chunk) and documents loaded before it in this run (kept in 
 index does not show them until its next refresh). The same ``_id`` is never its own
 duplicate. Verification is by signature at the threshold and mode given (default: the
 ``collapse`` settings for the index). Bad lines are reported with their number and not loaded.
+
+Cluster seeds (``seed_threshold`` set, as ``neardup load`` does with the collapse threshold
+for the index): while the index has never been clustered and is one concrete index, a document
+with a known ``_id`` is loaded with the values ``neardup cluster`` gives a singleton
+(``neardup.cluster`` = its ``_id``, ``neardup.bands`` = its LSH keys), so that the first cluster
+run writes only the documents that join another's cluster. After each chunk's bulk request is
+acknowledged the index's ``_meta`` is read again; if clusters appeared, the chunk's seeds are
+withdrawn (conditional on each document's new ``_seq_no``) and no more are written
+(:mod:`indexer.cluster_seed`). Once the index has clusters, documents are loaded without
+cluster values (a replaced document loses the values of its earlier version), and wait for
+the next ``neardup cluster``.
 """
 
 from __future__ import annotations
@@ -33,7 +44,9 @@ from typing import IO, Any, BinaryIO, Iterator, Literal, Sequence
 
 from elasticsearch import ApiError, Elasticsearch
 
-from fingerprint import FIELD, Fingerprint, Fingerprinter
+from fingerprint import FIELD, Fingerprint, Fingerprinter, FingerprintParams
+from indexer.cluster_docs import CLUSTER_MAPPING
+from indexer.cluster_seed import SeedPlan, Seeder, plan_mapping_with_seeds, seed_plan, seeded_write
 from indexer.dedup import Match, RunIndex, best_match, candidate_search, candidates_from_hits
 from indexer.enrich import EnrichedLine
 from indexer.errors import JobError, error_type_and_reason
@@ -59,6 +72,8 @@ class LoadOptions:
     threshold: float = 0.8
     mode: Literal["resemblance", "containment"] = "resemblance"
     batch_size: int = 500
+    #: write cluster seeds for this clustering threshold (None: no seeds)
+    seed_threshold: float | None = None
 
 
 @dataclass
@@ -116,30 +131,43 @@ class _Item:
     id: str | None
     source: str = ""
     attempts: int = 0
+    seed: dict[str, Any] | None = None
 
 
 def prepare_index(client: Elasticsearch, retrier: Retrier, options: LoadOptions,
-                  extra: dict[str, Any] | None = None) -> bool:
+                  extra: dict[str, Any] | None = None, fingerprint: FingerprintParams | None = None
+                  ) -> tuple[bool, SeedPlan | None]:
     """Create the index with the ``neardup`` mapping (plus the ``extra`` sub-fields), or check
     and extend an existing one.
 
-    Returns whether the index was created.
+    Returns whether the index was created, and how documents are seeded (None: no seeds; with
+    ``options.seed_threshold`` and ``fingerprint``, the cluster sub-fields are mapped too).
     """
     with_tag = options.on_duplicate == "tag"
+    threshold = options.seed_threshold if fingerprint is not None else None
     exists = retrier.call("checking the index", lambda: client.indices.exists(index=options.index)).body
     if not exists:
-        properties = {**wanted_properties(with_tag), **(extra or {})}
+        properties = {**wanted_properties(with_tag), **(CLUSTER_MAPPING if threshold is not None else {}),
+                      **(extra or {})}
         try:
             retrier.call("creating the index", lambda: client.indices.create(
                 index=options.index, mappings={"properties": {FIELD: {"properties": properties}}}))
-            return True
+            if threshold is None or fingerprint is None:
+                return True, None
+            return True, seed_plan(options.index, threshold, fingerprint, {options.index: {}})
         except ApiError as exc:
             kind, _ = error_type_and_reason(exc.body)
             if kind != "resource_already_exists_exception":
                 raise
-    plan = plan_neardup_mapping(client, retrier, options.index, with_duplicate_of=with_tag, extra=extra)
+    if threshold is None or fingerprint is None:
+        plan = plan_neardup_mapping(client, retrier, options.index, with_duplicate_of=with_tag, extra=extra)
+        put_neardup_mapping(client, retrier, options.index, plan)
+        return False, None
+    plan, mapped = plan_mapping_with_seeds(client, retrier, options.index, with_duplicate_of=with_tag, extra=extra)
     put_neardup_mapping(client, retrier, options.index, plan)
-    return False
+    if not mapped or len(plan.root_mappings) != 1:  # seeds name documents by _id: one concrete index
+        return False, None
+    return False, seed_plan(options.index, threshold, fingerprint, plan.root_mappings)
 
 
 class Loader:
@@ -153,10 +181,14 @@ class Loader:
         self.errors = errors
         self.result = LoadResult()
         self.run_index = RunIndex()
+        self.seeder: Seeder | None = None
 
     def run(self, stream: BinaryIO) -> LoadResult:
-        self.result.created_index = prepare_index(self.client, self.retrier, self.options,
-                                                  tf_properties() if self.tfidf is not None else None)
+        self.result.created_index, seeds = prepare_index(self.client, self.retrier, self.options,
+                                                         tf_properties() if self.tfidf is not None else None,
+                                                         self.fingerprinter.params)
+        if seeds is not None:
+            self.seeder = Seeder(self.client, self.retrier, seeds, self.retrier.max_retries, self.result.failures)
         for chunk in chunks(read_lines(stream), self.options.batch_size):
             self._load_chunk(chunk)
         return self.result
@@ -186,9 +218,22 @@ class Loader:
             extras.append(extra)
         if self.tfidf is not None:
             self._add_vectors(to_send, extras)
+        if self.seeder is not None and self.seeder.seeding:
+            self._add_seeds(to_send, extras)
         for item, extra in zip(to_send, extras):
             item.source = item.parsed.render(extra)
         self._send(to_send)
+
+    def _add_seeds(self, items: Sequence[_Item], extras: list[dict[str, Any]]) -> None:
+        """Put the cluster seed of each fingerprinted item with a known ``_id`` in its ``extra``."""
+        assert self.seeder is not None
+        rows = [k for k, item in enumerate(items) if item.id is not None and item.parsed.fingerprint is not None]
+        seeds = self.seeder.values([(self.options.index, items[k].id or "", items[k].parsed.fingerprint.to_source())
+                                    for k in rows])
+        for k, seed in zip(rows, seeds):
+            if seed is not None:
+                items[k].seed = seed
+                extras[k].update(seed)
 
     def _add_vectors(self, items: Sequence[_Item], extras: list[dict[str, Any]]) -> None:
         """Count the documents of the chunk met for the first time (neither the line nor the
@@ -257,7 +302,9 @@ class Loader:
         return found
 
     def _send(self, items: list[_Item]) -> None:
-        """Bulk-index ``items``, retrying 429/5xx items with backoff."""
+        """Bulk-index ``items``, retrying 429/5xx items with backoff; then, if they carried
+        seeds, check that the index still has no clusters (or withdraw the seeds)."""
+        written = []
         while items:
             operations: list[Any] = []
             for item in items:
@@ -267,13 +314,16 @@ class Loader:
                 operations.append({"index": meta})
                 operations.append(item.source)
             response = self.retrier.call("loading documents", lambda: self.client.bulk(
-                operations=operations, filter_path=["items.*.status", "items.*._id", "items.*.error"]))
+                operations=operations, filter_path=["items.*.status", "items.*._id", "items.*.error",
+                                                    "items.*._index", "items.*._seq_no", "items.*._primary_term"]))
             again = []
             for item, answer in zip(items, response.body["items"]):
                 result = answer.get("index", {})
                 status = int(result.get("status", 0))
                 if 200 <= status < 300:
                     self.result.loaded += 1
+                    if item.seed is not None and item.id is not None:
+                        written.append(seeded_write(self.options.index, item.id, None, result, item.seed))
                     continue
                 kind, reason = error_type_and_reason(result.get("error", {}))
                 item.attempts += 1
@@ -285,6 +335,8 @@ class Loader:
             if again:
                 self.retrier.wait(max(i.attempts for i in again) - 1)
             items = again
+        if self.seeder is not None:
+            self.seeder.confirm([w for w in written if w is not None])
 
 
 def format_load_summary(result: LoadResult, index: str) -> str:

@@ -3,9 +3,17 @@
 Each action is ``{"update": {"_index", "_id", "routing", "if_seq_no", "if_primary_term"}}``
 followed by ``{"doc": {"neardup": {...}}}``. A partial update merges objects, so only the
 five fingerprint keys of ``neardup`` are (over)written; other keys of ``neardup`` and every
-other field stay as they are, except that a changed fingerprint also sets the document's
-``neardup.cluster`` and ``neardup.bands`` to null (:func:`indexer.enrich.cleared_cluster_keys`). There is no ``upsert``/``doc_as_upsert``: a document deleted
-since it was read makes the update fail with ``document_missing_exception`` and stays deleted.
+other field stay as they are, except the cluster values: while the index has never been
+clustered, ``neardup.cluster`` and ``neardup.bands`` get the document's *seed* (the values a
+singleton gets from ``neardup cluster``, :mod:`indexer.cluster_seed`) in the same update; once
+it has been, a changed fingerprint sets them to null (:func:`indexer.enrich.cleared_cluster_keys`).
+There is no ``upsert``/``doc_as_upsert``: a document deleted since it was read makes the update
+fail with ``document_missing_exception`` and stays deleted.
+
+Seeds (with a :class:`~indexer.cluster_seed.Seeder`): each request carries them while the last
+check found no clusters in the index's ``_meta``; after the request is acknowledged the
+``_meta`` is read again and, if clusters appeared, the seeds of that request are withdrawn
+(the protocol and why it is correct: :mod:`indexer.cluster_seed`).
 
 Per item of the bulk answer:
 
@@ -30,6 +38,7 @@ from typing import Any, Callable, Mapping, Sequence
 from elasticsearch import Elasticsearch
 
 from fingerprint import FIELD
+from indexer.cluster_seed import Seeder, seeded_write
 from indexer.errors import error_type_and_reason
 from indexer.retry import TRANSIENT_STATUSES, Retrier
 from indexer.stats import JobStats
@@ -39,7 +48,7 @@ from indexer.texts import Outcome
 FingerprintSource = Callable[[Mapping[str, Any]], tuple[Outcome, dict[str, Any] | None]]
 
 _BULK_FILTER = ["items.*.status", "items.*.result", "items.*.error.type", "items.*.error.reason",
-                "items.*.error.caused_by.reason"]
+                "items.*.error.caused_by.reason", "items.*._seq_no", "items.*._primary_term"]
 
 
 @dataclass
@@ -54,6 +63,8 @@ class Pending:
     neardup: dict[str, Any]
     conflicts: int = 0
     transient_failures: int = 0
+    #: cluster seed written with the fingerprint (``cluster``, ``bands``), or None
+    seed: dict[str, Any] | None = None
 
     def action(self) -> dict[str, Any]:
         meta: dict[str, Any] = {"_index": self.index, "_id": self.id,
@@ -63,7 +74,7 @@ class Pending:
         return {"update": meta}
 
     def document(self) -> dict[str, Any]:
-        return {"doc": {FIELD: self.neardup}}
+        return {"doc": {FIELD: {**self.neardup, **self.seed} if self.seed else self.neardup}}
 
 
 def bulk_operations(pending: Sequence[Pending]) -> list[dict[str, Any]]:
@@ -92,6 +103,8 @@ class BulkUpdater:
     source_fields: Sequence[str]
     max_retries: int
     stats: JobStats
+    #: writes cluster seeds while the index has never been clustered (None: never)
+    seeder: Seeder | None = None
 
     def pending_from_hit(self, hit: Mapping[str, Any], **counters: int) -> Pending | None:
         """Fingerprint a search hit (or a real-time get); ``None`` if it gets no fingerprint."""
@@ -107,14 +120,30 @@ class BulkUpdater:
     def write(self, pending: list[Pending]) -> None:
         """Send the updates until each one is settled (updated, unchanged, deleted or failed)."""
         while pending:
+            seeding = self._seed(pending)
             items = self._bulk(pending)
             conflicted: list[Pending] = []
             again: list[Pending] = []
             for item, answer in zip(pending, items):
                 self._settle(item, answer.get("update", {}), conflicted, again)
+            if seeding:
+                assert self.seeder is not None
+                self.seeder.confirm([w for w in (seeded_write(p.index, p.id, p.routing, a.get("update", {}), p.seed)
+                                                 for p, a in zip(pending, items) if p.seed) if w is not None])
             if again:
                 self.retrier.wait(max(p.transient_failures for p in again) - 1)
             pending = again + self._reread(conflicted)
+
+    def _seed(self, pending: Sequence[Pending]) -> bool:
+        """Give each update its seed while seeding (the last check found no clusters), else none."""
+        if self.seeder is None or not self.seeder.seeding:
+            for item in pending:
+                item.seed = None
+            return False
+        missing = [p for p in pending if p.seed is None]
+        for item, seed in zip(missing, self.seeder.values([(p.index, p.id, p.neardup) for p in missing])):
+            item.seed = seed
+        return True
 
     def _bulk(self, pending: Sequence[Pending]) -> list[dict[str, Any]]:
         operations = bulk_operations(pending)

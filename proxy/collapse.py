@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
+from msgspec import Raw
 
 from proxy import tfidf
+from proxy.rawjson import source_fingerprint
 
 GROUP_FIELD = "neardup.group"
 INNER_HITS_NAME = "neardup"
@@ -71,6 +73,8 @@ def stored_fingerprint(hit: dict[str, Any], channel: Channel) -> Any:
     """The stored fingerprint object of a hit, from ``_source`` or rebuilt from ``fields``."""
     if channel == "_source":
         source = hit.get("_source")
+        if type(source) is Raw:   # as the upstream sent it (proxy.rawjson): read three fields
+            return source_fingerprint(source)
         return source.get(FINGERPRINT_FIELD) if isinstance(source, dict) else None
     fields = hit.get("fields")
     if not isinstance(fields, dict):

@@ -24,7 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from msgspec import Raw
+
 from proxy.glob import glob_match
+from proxy.rawjson import materialize
 
 _DROP = object()
 
@@ -100,6 +103,8 @@ def _advance(paths: list[tuple[str, ...]], key: str) -> tuple[bool, list[tuple[s
 
 
 def _filter(value: Any, paths: list[tuple[str, ...]], exclude: bool) -> Any:
+    if type(value) is Raw:   # a hit's _source as the upstream sent it: filtered inside, so parsed
+        value = materialize(value)
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, child in value.items():

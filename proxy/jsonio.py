@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import numpy as np
 import orjson
 
@@ -80,14 +81,39 @@ def loads(data: bytes | str) -> Any:
     return _stdlib_loads(data)
 
 
+def _raw_fragment(value: Any) -> Any:
+    """orjson's ``default``: a raw JSON value (:mod:`proxy.rawjson`) goes out byte for byte."""
+    if type(value) is msgspec.Raw:
+        return orjson.Fragment(bytes(value))
+    raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
+
+
+def _raw_parsed(value: Any) -> Any:
+    """The standard library's ``default``: a raw JSON value, parsed (exact integers)."""
+    if type(value) is msgspec.Raw:
+        return loads(bytes(value))
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def dumps(value: Any, pretty: bool = False) -> bytes:
-    """Serialise to UTF-8 JSON bytes; ``pretty`` indents by two spaces."""
-    try:
-        return orjson.dumps(value, option=orjson.OPT_INDENT_2 if pretty else 0)
-    except (TypeError, orjson.JSONEncodeError):
-        text = json.dumps(value, indent=2 if pretty else None,
-                          separators=None if pretty else (",", ":"))
-        return text.encode("ascii")
+    """Serialise to UTF-8 JSON bytes; ``pretty`` indents by two spaces.
+
+    A :class:`msgspec.Raw` value (a hit's ``_source`` as Elasticsearch sent it) is written
+    unchanged; pretty output, and the standard library's fallback, parse it and indent it
+    with the rest."""
+    if not pretty:
+        try:
+            return orjson.dumps(value, default=_raw_fragment)
+        except (TypeError, orjson.JSONEncodeError):
+            pass
+    else:
+        try:
+            return orjson.dumps(value, default=_raw_parsed, option=orjson.OPT_INDENT_2)
+        except (TypeError, orjson.JSONEncodeError, ValueError):
+            pass
+    text = json.dumps(value, indent=2 if pretty else None,
+                      separators=None if pretty else (",", ":"), default=_raw_parsed)
+    return text.encode("ascii")
 
 
 class _DuplicateKey(ValueError):

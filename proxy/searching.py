@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from proxy import collapse, errors, filter_path, jsonio, pushdown_search, similarity, source_check
+from proxy import collapse, errors, filter_path, jsonio, pushdown_search, rawjson, similarity, source_check
 from proxy import http as httpx
 from proxy.params import Controls, Settings, has_invalid_escape, resolve, split_query
 from proxy.routes import index_of
@@ -211,7 +211,7 @@ async def _collapse_one(state: "ProxyState", incoming: Incoming, plan: Plan) -> 
             raise FailOpen(f"upstream answered {status} to a tail round")
         first_headers = first_headers or upstream_headers
         try:
-            window.add_round(jsonio.loads(raw), count)
+            window.add_round(rawjson.loads_search(raw), count)
         except ValueError as exc:
             raise FailOpen(str(exc)) from None
         groups, fingerprinted = collapse.group(window.hits, plan.channel, plan.settings.threshold,
@@ -348,7 +348,7 @@ async def _collapse_many(state: "ProxyState", incoming: Incoming, items: list[It
             if first is None:
                 return _raw_response(incoming, status, upstream_headers, raw)
             raise FailOpen(f"upstream answered {status} to a tail round")
-        reply = jsonio.loads(raw)
+        reply = rawjson.loads_msearch(raw)
         responses = reply.get("responses") if isinstance(reply, dict) else None
         if not isinstance(responses, list) or len(responses) != len(batch):
             raise FailOpen("msearch response does not hold one response per search")

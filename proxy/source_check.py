@@ -42,7 +42,7 @@ from fingerprint import Fingerprinter, FingerprintParams, jit
 from fingerprint.bloom import BloomParams
 from fingerprint.copies import build_filter, verify
 from indexer.texts import document_texts
-from proxy import collapse, errors, jsonio, search
+from proxy import collapse, errors, jsonio, rawjson, search
 from proxy import http as httpx
 from proxy.params import PARAM_SOURCE, Controls, Settings, SourceDocument
 from proxy.routes import index_of
@@ -126,7 +126,7 @@ def hit_text(hit: Any, channel: collapse.Channel, fields: Sequence[str]) -> str 
     """The hit's text fields joined by newlines (as the indexer joins them), None if none."""
     if not isinstance(hit, dict):
         return None
-    holder = hit.get("_source") if channel == "_source" else hit.get("fields")
+    holder = rawjson.materialize(hit.get("_source")) if channel == "_source" else hit.get("fields")
     if not isinstance(holder, Mapping):
         return None
     texts = document_texts(holder, fields)

@@ -17,9 +17,11 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
+from msgspec import Raw
 
 from fingerprint import FIELD
 from fingerprint.tfidf import TF_FIELD, TfidfFormatError, TfidfVector, cosine_pairs
+from proxy.rawjson import source_vector
 
 MODE = "tfidf"
 TF_KEYS = ("v", "t", "w")
@@ -34,6 +36,8 @@ def stored_vector(hit: Any, channel: str) -> Any:
         return None
     if channel == "_source":
         source = hit.get("_source")
+        if type(source) is Raw:   # as the upstream sent it (proxy.rawjson)
+            return source_vector(source)
         neardup = source.get(FIELD) if isinstance(source, dict) else None
         return neardup.get(TF_FIELD) if isinstance(neardup, dict) else None
     fields = hit.get("fields")

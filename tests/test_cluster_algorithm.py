@@ -173,6 +173,28 @@ def test_lsh_single_link_equals_brute_force(threshold, rounds):
     assert np.array_equal(result.labels, single_link_exact(sigs, counts, threshold))
 
 
+@pytest.mark.parametrize("threshold", [0.5, 0.8])
+def test_a_verification_hook_giving_the_estimate_changes_nothing(threshold):
+    """The hook (fingerprint.verify) only replaces the similarity of candidates passing the
+    estimate floor; a hook returning the estimate itself, with or without a margin and a banding
+    for t - margin, gives brute-force single link of the estimates; a margin without a hook is unused."""
+    rng = np.random.default_rng(int(threshold * 10))
+    sigs = planted(rng, 300)
+    counts = np.ones(len(sigs), dtype=np.int64)
+    expected = brute_force_labels(sigs, counts, threshold)
+    seen: list[np.ndarray] = []
+
+    def estimate(i, j, equal):
+        seen.append(equal)
+        return equal / K
+
+    for margin in (0.0, 0.15):
+        params = ClusterParams(threshold, choose_banding(threshold - margin, K, 6), margin=margin)
+        assert np.array_equal(cluster_signatures(sigs, counts, params, verify=estimate).labels, expected)
+        assert np.array_equal(cluster_signatures(sigs, counts, params).labels, expected)
+    assert min(int(e.min()) for e in seen if len(e)) >= needed_matches(threshold - 0.15, K)
+
+
 def test_clusters_of_real_fingerprints_equal_exact_single_link_of_the_estimates(reuters_docs):
     fp = Fingerprinter(FingerprintParams())
     docs = [d for d in reuters_docs if d["body"]][:3000]

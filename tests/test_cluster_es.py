@@ -50,6 +50,8 @@ def copy_index(es: Elasticsearch, source: str, name: str, ids: Sequence[str] | N
 
 
 def cluster(es_url: str, index: str, *args: str) -> dict[str, Any]:
+    if "--verify" not in args:  # these tests compare with the signature estimates (text: test_cluster_verify.py)
+        args = (*args, "--verify", "signature")
     result = run_neardup(["cluster", "--index", index, "--threshold", str(THRESHOLD), "--json", *args], es_url)
     assert result.returncode == 0, result.stderr.decode(errors="replace")
     return json.loads(result.stdout)

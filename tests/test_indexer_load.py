@@ -12,6 +12,7 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from fingerprint import FIELD, Fingerprinter, FingerprintParams
+from indexer.cluster_seed import SeedPlan
 from indexer.dedup import similarity
 from indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_STOPPED
 from tests.plugins.corpora import run_neardup
@@ -21,6 +22,14 @@ pytestmark = pytest.mark.timeout(600)
 #: Reuters stories with natural near-duplicates among them (corrections and re-sends), and others.
 STORY_IDS = ["1", "2", "3", "4", "16", "230", "240", "347", "414", "421"]
 THRESHOLD = 0.9
+
+
+def with_seed(value: dict[str, Any], doc_id: str) -> dict[str, Any]:
+    """``value`` (a fingerprint's ``neardup`` object) with the cluster seed ``neardup index`` and
+    ``neardup load`` write while the index has never been clustered (:mod:`indexer.cluster_seed`:
+    ``cluster`` = the ``_id``, ``bands`` = the LSH keys of the default threshold 0.8)."""
+    plan = SeedPlan.for_target("any", 0.8, FingerprintParams(), ["any"])
+    return {**value, **plan.values([("any", doc_id, value)])[0]}
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +126,8 @@ def test_load_creates_the_index_and_stores_lines_byte_for_byte(es, es_url, index
         stored = response.read().decode()
     assert stored.startswith(raw[:-1] + ',"neardup":')
     got = es.get(index=index_name, id=stories[1]["id"])["_source"]
-    assert got[FIELD] == fp.fingerprint_fields([stories[1]["title"], stories[1]["body"]]).to_source()
+    assert got[FIELD] == with_seed(fp.fingerprint_fields([stories[1]["title"], stories[1]["body"]]).to_source(),
+                                   stories[1]["id"])
     mapping = es.indices.get_mapping(index=index_name)[index_name]["mappings"]["properties"][FIELD]
     assert mapping["properties"]["mega"] == {"type": "keyword"}
 

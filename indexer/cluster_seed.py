@@ -1,0 +1,312 @@
+"""Cluster *seeds*: the values a singleton gets from ``neardup cluster``, written at index time.
+
+``neardup cluster`` gives every document ``neardup.cluster`` (its cluster's id) and
+``neardup.bands`` (its LSH keys). Most documents are singletons (on Reuters, 18,100 of
+19,043), whose id is their own key (:func:`fingerprint.clustering.assign_ids`: a cluster's id
+is the key of one of its members) and whose keys are a function of the signature alone. Writing
+those values costs Elasticsearch a re-index of the whole document (a partial update re-indexes
+everything, body included), so a first run that writes them all is slow (9 s of writes on
+Reuters). The indexer already writes every fingerprint with a partial update (``neardup
+index``) or a whole document (``neardup load``): it writes the seed values in the same request,
+at no extra write, and the first cluster run only writes the documents whose values really
+differ (members that join another member's cluster).
+
+**What a seed is** (:meth:`SeedPlan.values`): ``cluster`` = the document's key as the cluster
+job names it (:func:`indexer.cluster_docs.doc_key`: its ``_id``, or ``<index>/<_id>`` when the
+index expression covers several indices) and ``bands`` = its LSH keys for the banding the
+cluster job uses by default for that index expression (``collapse.threshold`` for the index,
+with supershingle keys; :func:`indexer.cluster.cluster_params`), or ``[]`` when it has no words.
+A run with another threshold, or over another index expression, finds different values and
+rewrites them: slower, still correct. ``neardup enrich`` (lines to stdout, bound for an
+unknown index and often without a known ``_id``) and the library functions
+(:func:`indexer.enrich.add_fingerprint`) write no seeds; ``neardup load`` seeds only
+documents whose ``_id`` it knows and only when the target is one concrete index.
+
+**Staleness.** A document without ``neardup.cluster`` means "not clustered yet": the proxy
+refuses push-down while one exists (:func:`proxy.pushdown.missing_clusters_query`) and
+``neardup cluster --incremental`` places exactly those. A seed is a value, so it must never
+stand for "clustered" unless a cluster run saw the document. The rule:
+
+* Seeds are written only while the index has never been clustered: no concrete index behind
+  the expression has ``_meta.neardup_clusters`` (any state). Once it has, the indexer keeps
+  the old behaviour: a new document gets no cluster value, a changed fingerprint clears the
+  values (:func:`indexer.enrich.cleared_cluster_keys`), and the document waits for the next
+  cluster run.
+* A full cluster run puts ``_meta.neardup_clusters`` (``state: building``) *before* its
+  refresh and point in time (:func:`indexer.cluster.run_cluster`).
+* After every bulk request that wrote seeds is acknowledged, the writer reads the ``_meta``
+  again (:meth:`Seeder.confirm`). If clusters are recorded by then, it withdraws the seeds of
+  that request (:meth:`Seeder.withdraw`: a partial update setting both values to null,
+  conditional on the ``_seq_no`` its own write got), and writes no more seeds.
+
+Why that is enough. Take a seeded write acknowledged at time *a*, and the ``_meta`` read that
+follows it at time *c > a*. If that read shows no clusters, the put-mapping of every cluster
+run that has started is acknowledged after *c* (a put-mapping is acknowledged once every node
+applied the new cluster state, so later reads on any node see it), and the run's refresh
+comes after that: its refresh starts after the write was acknowledged, so its point in time
+holds the seeded document, which it clusters like any other, and writes where the seed is not
+its value. If the read shows clusters, a run may have opened its point in time before the
+write, so the seed is withdrawn: the document counts as new (no value), as without seeds.
+Withdrawing is always safe (at worst a document a run did see waits for the next
+``--incremental``), so it is done for every item of the request that holds the seed (also
+``noop`` answers: their value may come from a write whose attempt timed out and was retried).
+If the conditional withdrawal conflicts, the document is read again (real time): if it still
+holds exactly the seed, it is withdrawn at the new ``_seq_no``; if it holds another value, a
+cluster run wrote it (so it saw the document) or another writer replaced it (and runs the same
+protocol), and it is left alone. A document whose seed cannot be withdrawn is a failure of the
+job, named in its summary (a full ``neardup cluster`` run fixes it).
+
+The check before a request is the answer of the previous check (one ``GET _mapping`` per
+seeded request, filtered to ``_meta.neardup_clusters.state``): correctness rests on the check
+after the acknowledgement only. A caller not allowed to read the mapping writes no seeds.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from elasticsearch import ApiError, Elasticsearch
+
+from fingerprint import FIELD, FingerprintParams
+from fingerprint.lsh import Banding, key_strings
+from indexer.cluster_docs import BANDS, CLUSTER, CLUSTER_MAPPING, doc_key
+from indexer.errors import JobError, error_type_and_reason
+from indexer.mapping import MappingPlan, plan_neardup_mapping
+from indexer.retry import TRANSIENT_STATUSES, Retrier
+from indexer.stats import Failures
+
+log = logging.getLogger(__name__)
+
+#: Same key as :data:`indexer.cluster.META_KEY` (not imported: this module is imported by the
+#: indexer, which must not load the cluster job).
+META_KEY = "neardup_clusters"
+#: ``filter_path`` of the ``_meta`` check: empty answer = no clusters recorded.
+META_FILTER = f"*.mappings._meta.{META_KEY}.state"
+WITHDRAWN = {CLUSTER: None, BANDS: None}
+_FILTER = ["items.*.status", "items.*.result", "items.*.error.type", "items.*.error.reason",
+           "items.*._seq_no", "items.*._primary_term"]
+
+
+def clusters_recorded(root_mappings: Mapping[str, Any]) -> bool:
+    """Whether any concrete index (``index -> mappings``) has clusters in its ``_meta``."""
+    return any(isinstance((m.get("_meta") or {}).get(META_KEY), Mapping) for m in root_mappings.values())
+
+
+def plan_mapping_with_seeds(client: Elasticsearch, retrier: Retrier, index: str, *,
+                            extra: Mapping[str, Any] | None = None, with_duplicate_of: bool = False
+                            ) -> tuple[MappingPlan, bool]:
+    """The mapping plan with ``neardup.cluster``/``neardup.bands`` (keywords, for seeds), and
+    whether seeds can be written: not if those two sub-fields are mapped in a way that
+    conflicts (the plan is then made without them, as before seeds existed)."""
+    try:
+        return plan_neardup_mapping(client, retrier, index, with_duplicate_of=with_duplicate_of,
+                                    extra={**CLUSTER_MAPPING, **(extra or {})}), True
+    except JobError:
+        plan = plan_neardup_mapping(client, retrier, index, with_duplicate_of=with_duplicate_of, extra=extra)
+        log.warning("neardup.cluster or neardup.bands of %s is mapped in a way neardup cluster cannot "
+                    "use: no cluster seeds are written", index)
+        return plan, False
+
+
+def seed_plan(index: str, threshold: float, fingerprint: FingerprintParams,
+              root_mappings: Mapping[str, Any]) -> "SeedPlan | None":
+    """How a writer to ``index`` (concrete indices: the keys of ``root_mappings``) seeds, or
+    None when it writes no seeds because the index has clusters already."""
+    if not root_mappings or clusters_recorded(root_mappings):
+        return None
+    return SeedPlan.for_target(index, threshold, fingerprint, sorted(root_mappings))
+
+
+@dataclass(frozen=True)
+class SeedPlan:
+    """How seeds are computed for one index expression (picklable: sent to worker processes)."""
+
+    index: str
+    version: str
+    num_perm: int
+    banding: Banding
+    with_index: bool
+
+    @classmethod
+    def for_target(cls, index: str, threshold: float, fingerprint: FingerprintParams,
+                   indices: Sequence[str]) -> "SeedPlan":
+        """The plan for the cluster job's defaults on ``index`` (``threshold``: the collapse
+        threshold for it), whose concrete indices are ``indices``."""
+        from fingerprint import scheme_version
+        from fingerprint.lsh import choose_banding
+
+        return cls(index, scheme_version(fingerprint), fingerprint.num_perm,
+                   choose_banding(threshold, fingerprint.num_perm, fingerprint.groups), len(indices) > 1)
+
+    def values(self, docs: Sequence[tuple[str, str, Mapping[str, Any]]]) -> list[dict[str, Any] | None]:
+        """The seed of each ``(index, _id, neardup value)``: ``{"cluster", "bands"}``, or None
+        for a value that is not a usable fingerprint of this scheme (never expected)."""
+        out: list[dict[str, Any] | None] = [None] * len(docs)
+        rows, raws, counts = [], [], []
+        for row, (_, _, value) in enumerate(docs):
+            raw, count = _signature(value, self.version, self.num_perm)
+            if raw is not None:
+                rows.append(row)
+                raws.append(raw)
+                counts.append(count)
+        if not rows:
+            return out
+        signatures = np.frombuffer(b"".join(raws), dtype="<u8").astype(np.uint64).reshape(len(rows), self.num_perm)
+        linked = [k for k, count in enumerate(counts) if count > 0]
+        keys: list[list[str]] = [[] for _ in rows]
+        if linked:
+            for k, strings in zip(linked, key_strings(self.banding.keys(signatures[linked]))):
+                keys[k] = strings
+        for k, row in enumerate(rows):
+            index, doc_id, _ = docs[row]
+            out[row] = {CLUSTER: doc_key(index, doc_id, self.with_index), BANDS: keys[k]}
+        return out
+
+
+def _signature(value: Mapping[str, Any], version: str, num_perm: int) -> tuple[bytes | None, int]:
+    """As :func:`indexer.cluster_docs.usable_signature`, for a value about to be written."""
+    count = value.get("n")
+    if value.get("v") != version or not isinstance(value.get("sig"), str):
+        return None, 0
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        return None, 0
+    try:
+        raw = base64.b64decode(value["sig"].encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        return None, 0
+    return (raw, count) if len(raw) == 8 * num_perm else (None, 0)
+
+
+@dataclass
+class SeededWrite:
+    """A document acknowledged with a seed: where it is and the ``_seq_no`` of that write."""
+
+    index: str
+    id: str
+    routing: str | None
+    seq_no: int
+    primary_term: int
+    seed: dict[str, Any]
+    attempts: int = 0
+
+
+@dataclass
+class Seeder:
+    """Per job (or worker): whether seeds are written now, and the check after each request."""
+
+    client: Elasticsearch
+    retrier: Retrier
+    plan: SeedPlan
+    max_retries: int
+    failures: Failures = field(default_factory=Failures)
+    #: The answer of the last check: no clusters recorded (the caller checked before starting).
+    seeding: bool = True
+    withdrawn: int = 0
+    checks: int = 0
+
+    def values(self, docs: Sequence[tuple[str, str, Mapping[str, Any]]]) -> list[dict[str, Any] | None]:
+        return self.plan.values(docs)
+
+    def clusters_recorded(self) -> bool:
+        """Read the ``_meta`` of every index behind the expression (one filtered request)."""
+        self.checks += 1
+        try:
+            body = self.retrier.call("checking for clusters in _meta", lambda: self.client.indices.get_mapping(
+                index=self.plan.index, filter_path=META_FILTER)).body
+        except ApiError as exc:
+            if exc.meta.status in (401, 403):
+                log.warning("cannot read the mapping of %s (%s): no cluster seeds are written",
+                            self.plan.index, exc.meta.status)
+                return True
+            raise
+        return bool(body)
+
+    def confirm(self, written: Sequence[SeededWrite]) -> None:
+        """After a request that wrote ``written`` was acknowledged: withdraw the seeds if
+        clusters are recorded now (and write no more)."""
+        if not written:
+            return
+        if self.seeding and not self.clusters_recorded():
+            return
+        if self.seeding:
+            log.info("clusters appeared in the _meta of %s: cluster seeds are no longer written", self.plan.index)
+        self.seeding = False
+        self.withdraw(written)
+
+    def withdraw(self, written: Sequence[SeededWrite]) -> None:
+        """Set ``cluster`` and ``bands`` to null where the document still holds the seed."""
+        pending = list(written)
+        while pending:
+            operations: list[dict[str, Any]] = []
+            for item in pending:
+                meta: dict[str, Any] = {"_index": item.index, "_id": item.id, "if_seq_no": item.seq_no,
+                                        "if_primary_term": item.primary_term}
+                if item.routing is not None:
+                    meta["routing"] = item.routing
+                operations += [{"update": meta}, {"doc": {FIELD: dict(WITHDRAWN)}}]
+            response = self.retrier.call("withdrawing cluster seeds", lambda: self.client.bulk(
+                operations=operations, filter_path=_FILTER))
+            items = response.body.get("items", [])
+            if len(items) != len(pending):
+                raise RuntimeError(f"bulk answered {len(items)} items for {len(pending)} actions")
+            conflicted: list[SeededWrite] = []
+            again: list[SeededWrite] = []
+            for item, answer in zip(pending, items):
+                result = answer.get("update", {})
+                status = int(result.get("status", 0))
+                if 200 <= status < 300:
+                    self.withdrawn += 1
+                    continue
+                kind, reason = error_type_and_reason(result.get("error", {}))
+                if status == 404 and kind == "document_missing_exception":
+                    continue  # deleted meanwhile: nothing left to withdraw
+                item.attempts += 1
+                if item.attempts > self.max_retries:
+                    self._fail(f"{status} {kind} (after {self.max_retries} retries)", item)
+                elif status == 409:
+                    conflicted.append(item)
+                elif status in TRANSIENT_STATUSES:
+                    again.append(item)
+                else:
+                    self._fail(f"{status} {kind}: {reason}"[:200], item)
+            if again:
+                self.retrier.wait(max(i.attempts for i in again) - 1)
+            pending = again + self._still_seeded(conflicted)
+
+    def _still_seeded(self, conflicted: Sequence[SeededWrite]) -> list[SeededWrite]:
+        """Of the documents changed since the seed was written, those still holding it."""
+        if not conflicted:
+            return []
+        docs = [{"_index": c.index, "_id": c.id, **({"routing": c.routing} if c.routing is not None else {})}
+                for c in conflicted]
+        response = self.retrier.call("re-reading seeded documents", lambda: self.client.mget(
+            docs=docs, source=[f"{FIELD}.{CLUSTER}", f"{FIELD}.{BANDS}"], realtime=True))
+        out = []
+        for item, doc in zip(conflicted, response.body["docs"]):
+            if "error" in doc:
+                kind, reason = error_type_and_reason(doc)
+                self._fail(f"re-reading failed: {kind}: {reason}"[:200], item)
+            elif doc.get("found"):
+                node = (doc.get("_source") or {}).get(FIELD) or {}
+                if node.get(CLUSTER) == item.seed[CLUSTER] and (node.get(BANDS) or []) == item.seed[BANDS]:
+                    out.append(SeededWrite(item.index, item.id, item.routing, doc["_seq_no"], doc["_primary_term"],
+                                           item.seed, item.attempts))
+        return out
+
+    def _fail(self, reason: str, item: SeededWrite) -> None:
+        self.failures.add(f"cluster seed not withdrawn ({reason}); run a full `neardup cluster`", item.id)
+
+
+def seeded_write(index: str, doc_id: str, routing: str | None, answer: Mapping[str, Any],
+                 seed: dict[str, Any]) -> SeededWrite | None:
+    """The :class:`SeededWrite` of a successful bulk item ``answer`` (None if it failed)."""
+    status = int(answer.get("status", 0))
+    if not 200 <= status < 300 or "_seq_no" not in answer:
+        return None
+    return SeededWrite(answer.get("_index", index), doc_id, routing, int(answer["_seq_no"]),
+                       int(answer["_primary_term"]), seed)

@@ -1,0 +1,358 @@
+"""Cluster seeds: the indexer writes the values a singleton gets, the first cluster run writes
+only what really changes, and no document stands for "clustered" unless a run saw it.
+
+See :mod:`indexer.cluster_seed` for the protocol. The races are simulated by putting
+``_meta.neardup_clusters`` (what a starting ``neardup cluster`` does) between a seeded bulk
+request and the check that follows its acknowledgement.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import uuid
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pytest
+from elasticsearch import Elasticsearch, helpers
+
+from fingerprint import FIELD, Fingerprinter, FingerprintParams
+from indexer import cluster as cluster_module
+from indexer.client import make_client
+from indexer.cluster import ClusterOptions, band_strings, cluster_params, run_cluster
+from indexer.cluster_docs import DocTable
+from indexer.cluster_seed import META_KEY, SeedPlan, Seeder, seed_plan
+from indexer.load import Loader, LoadOptions
+from indexer.progress import Progress
+from indexer.query import SliceSpec
+from indexer.reader import SliceReader
+from indexer.retry import Retrier
+from indexer.stats import JobStats
+from indexer.writer import BulkUpdater
+from indexer.job import fingerprint_function
+from neardup.config import load_config
+from neardup.corpora import reuters_documents
+from proxy.pushdown import missing_clusters_query
+from tests.plugins.corpora import run_neardup
+from tests.test_cluster_es import copy_index
+
+PARAMS = FingerprintParams()
+FP = Fingerprinter(PARAMS)
+FIELDS = ["title", "body"]
+THRESHOLD = 0.8
+
+
+def stories(count: int) -> list[dict[str, Any]]:
+    """``count`` real stories, then near-copies of the first three (one word changed)."""
+    found = list(itertools.islice((d for d in reuters_documents(with_body_only=True)
+                                   if len(d["body"].split()) >= 200), count))
+    docs = [{"id": f"s{k:02d}", "title": s["title"], "body": s["body"]} for k, s in enumerate(found)]
+    for k in range(3):
+        words = docs[k]["body"].split()
+        words[-10] = "zyxwv"
+        docs.append({"id": f"s{k:02d}-copy", "title": docs[k]["title"], "body": " ".join(words)})
+    return docs
+
+
+# --- pure ------------------------------------------------------------------------------------------
+
+def test_a_seed_is_what_a_full_run_gives_a_singleton():
+    plan = SeedPlan.for_target("news", THRESHOLD, PARAMS, ["news"])
+    # the banding the cluster job uses by default for that threshold
+    assert plan.banding == cluster_params(ClusterOptions(index="news", threshold=THRESHOLD), PARAMS).banding
+    docs = stories(6)
+    values = [FP.fingerprint_fields([d["title"], d["body"]]).to_source() for d in docs]
+    values.append(FP.fingerprint_fields(["the of and"]).to_source())  # no words left: n = 0
+    ids = [d["id"] for d in docs] + ["empty"]
+    seeds = plan.values([("news", i, v) for i, v in zip(ids, values)])
+    table = DocTable(PARAMS.num_perm)
+    for i, v in zip(ids, values):
+        table.add_hit({"_index": "news", "_id": i, "_source": {FIELD: v}}, FP.version)
+    expected = band_strings(plan.banding, table)
+    assert values[-1]["n"] == 0 and expected[-1] == ()
+    for seed, doc_id, keys in zip(seeds, ids, expected):
+        assert seed == {"cluster": doc_id, "bands": list(keys)}
+    assert len(seeds[0]["bands"]) == plan.banding.key_count
+
+
+def test_seeds_name_documents_as_the_cluster_job_does_and_skip_other_schemes():
+    value = FP.fingerprint_fields(["Crude oil prices rose sharply after the cartel cut output"]).to_source()
+    several = SeedPlan.for_target("news-*", THRESHOLD, PARAMS, ["news-1", "news-2"])
+    assert several.values([("news-2", "7", value)])[0]["cluster"] == "news-2/7"
+    assert several.values([("news-2", "7", {**value, "v": "0-other"})]) == [None]
+    assert several.values([("news-2", "7", {**value, "sig": "???"})]) == [None]
+
+
+def test_no_seeds_once_the_index_has_clusters():
+    assert seed_plan("news", THRESHOLD, PARAMS, {"news": {}}) is not None
+    assert seed_plan("news", THRESHOLD, PARAMS, {"news": {"_meta": {"other": 1}}}) is not None
+    for state in ("building", "ready"):
+        clustered = {"news": {}, "news-2": {"_meta": {META_KEY: {"state": state}}}}
+        assert seed_plan("news*", THRESHOLD, PARAMS, clustered) is None
+
+
+# --- real Elasticsearch ------------------------------------------------------------------------------
+
+@pytest.fixture
+def new_index(es: Elasticsearch) -> Iterator[Callable[..., str]]:
+    names: list[str] = []
+
+    def make(docs: list[dict[str, Any]] | None = None) -> str:
+        name = f"cluster-seed-{uuid.uuid4().hex[:8]}"
+        names.append(name)
+        es.indices.create(index=name, settings={"number_of_shards": 2, "number_of_replicas": 0})
+        if docs:
+            helpers.bulk(es, ({"_index": name, "_id": d["id"], "_source": d} for d in docs), refresh=True)
+        return name
+
+    yield make
+    for name in names:
+        es.options(ignore_status=404).indices.delete(index=name)
+
+
+def neardup(es: Elasticsearch, es_url: str, *args: str) -> dict[str, Any]:
+    result = run_neardup([*args, "--json"], es_url)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    es.indices.refresh(index=args[args.index("--index") + 1])
+    return json.loads(result.stdout)
+
+
+def values(es: Elasticsearch, index: str) -> dict[str, dict[str, Any]]:
+    return {hit["_id"]: hit["_source"].get(FIELD) or {}
+            for hit in helpers.scan(es, index=index, _source=[FIELD], query={"query": {"match_all": {}}})}
+
+
+def put_clusters_meta(es: Elasticsearch, index: str, state: str = "building") -> None:
+    es.indices.put_mapping(index=index, meta={META_KEY: {"state": state}})
+
+
+@pytest.mark.es
+@pytest.mark.parametrize("mode", ["memory", "aggregate"])
+def test_index_writes_seeds_and_the_first_run_writes_only_the_joining_members(es, es_url, new_index, mode):
+    docs = stories(30)
+    index = new_index(docs)
+    neardup(es, es_url, "index", "--index", index)
+    seeded = values(es, index)
+    mapping = es.indices.get_mapping(index=index)[index]["mappings"]["properties"][FIELD]["properties"]
+    assert mapping["cluster"] == mapping["bands"] == {"type": "keyword"}
+    assert all(v["cluster"] == doc_id and len(v["bands"]) > 0 for doc_id, v in seeded.items())
+    # a document without a seed (fingerprinted by another program, say) whose key is the smallest
+    # of its cluster: the cluster's id is still its key, as without seeds
+    es.update(index=index, id="s00", doc={FIELD: {"cluster": None, "bands": None}}, refresh=True)
+
+    plain = f"{index}-plain"
+    try:
+        copy_index(es, index, plain)  # fingerprints, but neither seeds nor cluster mapping
+        reference = neardup(es, es_url, "cluster", "--index", plain, "--threshold", str(THRESHOLD), "--mode", mode)
+        summary = neardup(es, es_url, "cluster", "--index", index, "--threshold", str(THRESHOLD), "--mode", mode)
+        want = {k: v["cluster"] for k, v in values(es, plain).items()}
+        got = values(es, index)
+        assert {k: v["cluster"] for k, v in got.items()} == want  # the same ids as without seeds
+        assert {k: v["bands"] for k, v in got.items()} == {k: v["bands"] for k, v in values(es, plain).items()}
+        joined = sum(1 for k, c in want.items() if c != k)
+        assert joined >= 3 and want["s00-copy"] == "s00"
+        # only the joiners, and the document without a seed
+        passes = 2 if mode == "aggregate" else 1  # aggregate writes the keys, then the ids
+        assert reference["updated"] == passes * len(docs) and summary["updated"] == joined + 1
+        assert summary["failed"] == 0 and summary["clusters"] == reference["clusters"]
+        meta = es.indices.get_mapping(index=index)[index]["mappings"]["_meta"][META_KEY]
+        assert meta["state"] == "ready"
+    finally:
+        es.options(ignore_status=404).indices.delete(index=plain)
+
+    # once clustered, a new document gets no seed: it is "new" until an incremental run places it
+    es.index(index=index, id="late", document={"id": "late", "title": docs[5]["title"], "body": docs[5]["body"]},
+             refresh=True)
+    neardup(es, es_url, "index", "--index", index)
+    assert "cluster" not in values(es, index)["late"]
+    assert es.count(index=index, query=missing_clusters_query())["count"] == 1
+    placed = neardup(es, es_url, "cluster", "--index", index, "--threshold", str(THRESHOLD), "--incremental")
+    assert placed["new_documents"] == 1 and values(es, index)["late"]["cluster"] == "s05"
+
+
+@pytest.mark.es
+def test_load_writes_seeds_only_while_the_index_has_no_clusters(es, es_url, new_index, tmp_path):
+    docs = stories(12)
+    source = tmp_path / "docs.jsonl"
+    source.write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
+    index = f"cluster-seed-{uuid.uuid4().hex[:8]}"
+    try:
+        loaded = neardup(es, es_url, "load", "--index", index, str(source))
+        assert loaded["loaded"] == len(docs) and loaded["failed"] == 0
+        seeded = values(es, index)
+        assert all(v["cluster"] == k and v["bands"] for k, v in seeded.items())
+        summary = neardup(es, es_url, "cluster", "--index", index, "--threshold", str(THRESHOLD))
+        final = values(es, index)
+        assert final["s01-copy"]["cluster"] == "s01"
+        assert summary["updated"] == sum(1 for k, v in final.items() if v["cluster"] != k) >= 3
+        # loaded again into the clustered index: replaced without cluster values
+        neardup(es, es_url, "load", "--index", index, str(source))
+        assert es.count(index=index, query=missing_clusters_query())["count"] == len(docs)
+    finally:
+        es.options(ignore_status=404).indices.delete(index=index)
+
+
+class Interposed:
+    """The client, with ``after_first_bulk()`` run once right after the first bulk request is
+    acknowledged (before the writer checks the ``_meta`` again)."""
+
+    def __init__(self, client: Elasticsearch, after_first_bulk: Callable[[], None]) -> None:
+        self._client = client
+        self._after = after_first_bulk
+        self.bulks = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def bulk(self, **kwargs: Any) -> Any:
+        response = self._client.bulk(**kwargs)
+        self.bulks += 1
+        if self.bulks == 1:
+            self._after()
+        return response
+
+
+def read_hits(client: Elasticsearch, index: str) -> list[dict[str, Any]]:
+    reader = SliceReader(client, Retrier("test", 1), index, {"match_all": {}}, SliceSpec(), 1000, "1m",
+                         FIELDS + ["neardup.v", "neardup.sig", "neardup.n", "neardup.cluster", "neardup.bands"])
+    reader.open()
+    try:
+        return [hit for page in reader.pages() for hit in page]
+    finally:
+        reader.close()
+
+
+@pytest.mark.es
+def test_seeds_are_withdrawn_when_clusters_appear_between_the_check_and_the_acknowledgement(es, es_url, new_index):
+    docs = stories(20)
+    index = new_index(docs)
+    es.indices.put_mapping(index=index, properties={FIELD: {"properties": {
+        "cluster": {"type": "keyword"}, "bands": {"type": "keyword"}}}})
+    config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
+    client = make_client(config.upstream)
+    first = [d["id"] for d in docs[:10]]
+
+    def meanwhile() -> None:
+        # another writer touches s00 (the seed stays), a cluster run "writes" s01, then a cluster
+        # job starts: it records `building` and opens its point in time
+        es.update(index=index, id="s00", doc={"note": 1})
+        es.update(index=index, id="s01", doc={FIELD: {"cluster": "s09"}})
+        put_clusters_meta(es, index)
+
+    try:
+        interposed = Interposed(client, meanwhile)
+        retrier = Retrier(es_url, 3)
+        stats = JobStats()
+        plan = SeedPlan.for_target(index, THRESHOLD, PARAMS, [index])
+        seeder = Seeder(interposed, retrier, plan, 3, stats.failures)  # type: ignore[arg-type]
+        updater = BulkUpdater(interposed, retrier, fingerprint_function(FIELDS, FP), FIELDS, 3, stats,  # type: ignore[arg-type]
+                              seeder)
+        hits = {h["_id"]: h for h in read_hits(client, index)}
+        updater.write([updater.pending_from_hit(hits[i]) for i in first])
+        assert not seeder.seeding and seeder.checks == 1
+        updater.write([updater.pending_from_hit(hits[d["id"]]) for d in docs[10:]])
+        assert seeder.checks == 1  # no seeds, nothing to check
+    finally:
+        client.close()
+    es.indices.refresh(index=index)
+    stored = values(es, index)
+    assert stats.updated == len(docs) and stats.failed == 0
+    assert seeder.withdrawn == 9  # all of the first request but s01
+    assert stored["s01"]["cluster"] == "s09"  # a cluster run wrote it (so it saw it): left alone
+    for doc_id, value in stored.items():
+        assert value["v"] == FP.version
+        if doc_id != "s01":
+            assert value.get("cluster") is None and value.get("bands") is None, doc_id
+    assert es.count(index=index, query=missing_clusters_query())["count"] == len(docs) - 1
+
+
+@pytest.mark.es
+def test_a_seeded_request_acknowledged_before_the_clusters_appeared_keeps_its_seeds(es, es_url, new_index):
+    docs = stories(8)
+    index = new_index(docs)
+    es.indices.put_mapping(index=index, properties={FIELD: {"properties": {
+        "cluster": {"type": "keyword"}, "bands": {"type": "keyword"}}}})
+    config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
+    client = make_client(config.upstream)
+    try:
+        retrier = Retrier(es_url, 3)
+        stats = JobStats()
+        seeder = Seeder(client, retrier, SeedPlan.for_target(index, THRESHOLD, PARAMS, [index]), 3, stats.failures)
+        updater = BulkUpdater(client, retrier, fingerprint_function(FIELDS, FP), FIELDS, 3, stats, seeder)
+        hits = read_hits(client, index)
+        updater.write([updater.pending_from_hit(h) for h in hits[:4]])
+        assert seeder.seeding and seeder.checks == 1
+        put_clusters_meta(es, index)  # the cluster job starts after the check: it will see them
+        updater.write([updater.pending_from_hit(h) for h in hits[4:]])  # seeded, then withdrawn
+        assert not seeder.seeding and seeder.withdrawn == len(hits) - 4
+    finally:
+        client.close()
+    es.indices.refresh(index=index)
+    stored = values(es, index)
+    assert sorted(k for k, v in stored.items() if v.get("cluster") == k) == sorted(h["_id"] for h in hits[:4])
+
+
+@pytest.mark.es
+def test_load_withdraws_its_seeds_when_clusters_appear_meanwhile(es, es_url):
+    docs = stories(10)
+    index = f"cluster-seed-{uuid.uuid4().hex[:8]}"
+    config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
+    client = make_client(config.upstream)
+    try:
+        interposed = Interposed(client, lambda: put_clusters_meta(es, index))
+        loader = Loader(interposed, Retrier(es_url, 3), FP,  # type: ignore[arg-type]
+                        LoadOptions(index=index, fields=tuple(FIELDS), batch_size=5, seed_threshold=THRESHOLD),
+                        io.StringIO())
+        result = loader.run(io.BytesIO("".join(json.dumps(d) + "\n" for d in docs).encode()))
+        assert result.loaded == len(docs) and result.failures.total == 0
+        assert loader.seeder is not None and loader.seeder.withdrawn == 5 and not loader.seeder.seeding
+        es.indices.refresh(index=index)
+        stored = values(es, index)
+        assert all(v.get("cluster") is None and v["v"] == FP.version for v in stored.values())
+        assert es.count(index=index, query=missing_clusters_query())["count"] == len(docs)
+    finally:
+        client.close()
+        es.options(ignore_status=404).indices.delete(index=index)
+
+
+@pytest.mark.es
+def test_the_cluster_job_records_building_before_it_reads(es, es_url, new_index, monkeypatch):
+    index = new_index(stories(6))
+    neardup(es, es_url, "index", "--index", index)
+    seen: list[Any] = []
+    read_table = cluster_module.Job.read_table
+
+    def spying(job: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(es.indices.get_mapping(index=index)[index]["mappings"].get("_meta", {}).get(META_KEY, {}).get("state"))
+        return read_table(job, *args, **kwargs)
+
+    monkeypatch.setattr(cluster_module.Job, "read_table", spying)
+    config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
+    result = run_cluster(config, ClusterOptions(index=index, threshold=THRESHOLD, mode="memory"), progress=Progress())
+    assert seen == ["building"] and result.stats.failed == 0
+    assert es.indices.get_mapping(index=index)[index]["mappings"]["_meta"][META_KEY]["state"] == "ready"
+    final = values(es, index)
+    assert all(final[f"s0{k}-copy"]["cluster"] == final[f"s0{k}"]["cluster"] for k in range(3))
+    # only the members that joined another's cluster were written; the rest kept their seeds
+    assert result.stats.updated == sum(1 for k, v in final.items() if v["cluster"] != k) >= 3
+
+
+def test_seeds_taken_as_previous_ids_would_give_the_same_ids_only_if_every_document_had_one():
+    """Why the first full run ignores stored values (``Job.previous_ids``): read as previous ids,
+    seeds on every document give the ids of no previous id, but seeds on some documents only
+    would make a seeded member's key win over a smaller unseeded one."""
+    from fingerprint.clustering import assign_ids
+
+    rng = np.random.default_rng(7)
+    differs = 0
+    for _ in range(200):
+        n = int(rng.integers(1, 40))
+        keys = [f"k{v}" for v in rng.permutation(1000)[:n]]
+        labels = rng.integers(0, max(1, n // 3), size=n)
+        want = assign_ids(keys, labels, [None] * n)
+        assert assign_ids(keys, labels, list(keys)) == want
+        partly = [k if rng.random() < 0.5 else None for k in keys]
+        differs += assign_ids(keys, labels, partly) != want
+    assert differs > 0
