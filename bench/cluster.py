@@ -14,7 +14,7 @@ title + body, as ``neardup index`` fingerprints it.
   same work for every method, is shown apart).
 * *neardup*: the documents are loaded into a fresh index of the real Elasticsearch and
   enriched by ``neardup index``; then ``neardup cluster`` runs (memory strategy, in process,
-  ``--verify text``: candidates from the LSH bands for ``t - δ`` with ``Ĵ ≥ t - δ``, δ = 3
+  ``--verify text``: candidates from the LSH bands for ``t - δ`` with ``Ĵ ≥ t - δ``, δ = 5
   standard errors of the estimate at t, linked when the *exact* resemblance of their shingle
   sets, from the texts read back for the candidates' documents, is ≥ t: see
   :mod:`fingerprint.verify` and :mod:`indexer.cluster_verify`), and its wall time is split into

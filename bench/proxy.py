@@ -84,11 +84,13 @@ def load_reuters(es: Elasticsearch, es_url: str) -> str:
     return name
 
 
-def start_proxy(es_url: str) -> tuple[subprocess.Popen[str], str]:
+def start_proxy(es_url: str, workers: int = 1) -> tuple[subprocess.Popen[str], str, list[int]]:
+    """The proxy subprocess, its URL and the pids whose CPU it spends (the workers: with
+    ``--workers N`` > 1 the parent only supervises and forks N workers)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEARDUP_")}
     env.update({"PYTHONPATH": str(ROOT), "NEARDUP_LOGGING__LEVEL": "WARNING"})
     process = subprocess.Popen([sys.executable, "-m", "neardup", "proxy", "--port", "0",
-                                "--upstream", es_url, "--workers", "1"],
+                                "--upstream", es_url, "--workers", str(workers)],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ROOT, text=True)
     assert process.stdout is not None
     line = process.stdout.readline()
@@ -96,7 +98,15 @@ def start_proxy(es_url: str) -> tuple[subprocess.Popen[str], str]:
     if not match:
         process.kill()
         raise SystemExit(f"proxy did not start: {line!r}")
-    return process, match.group(1)
+    pids = [process.pid]
+    if workers > 1:
+        for _ in range(100):
+            children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+            if len(children) >= workers:
+                break
+            time.sleep(0.1)
+        pids = [int(pid) for pid in children]
+    return process, match.group(1), pids
 
 
 #: The least any aiohttp proxy does per request: read the body, one pooled upstream request,
@@ -185,7 +195,7 @@ async def drive(url: str, index: str, texts: list[str], size: int, clients: int)
 
 
 def compare(urls: dict[str, str], index: str, texts: list[str], size: int, clients: int,
-            pids: dict[str, int]) -> dict[str, dict[str, Any]]:
+            pids: dict[str, list[int]]) -> dict[str, dict[str, Any]]:
     """Send the queries to every target, interleaved in chunks (20 queries with 1 client, 100
     with 32; the order alternates), so that the machine's changing load hits all targets alike.
 
@@ -203,10 +213,10 @@ def compare(urls: dict[str, str], index: str, texts: list[str], size: int, clien
     for start in range(0, len(texts), chunk):
         part = texts[start:start + chunk]
         for name in order:
-            before = {process: cpu_seconds(pid) for process, pid in pids.items()}
+            before = {process: sum(map(cpu_seconds, group)) for process, group in pids.items()}
             result = asyncio.run(drive(urls[name], index, part, size, clients))
-            for process, pid in pids.items():
-                cpu[name][process] += cpu_seconds(pid) - before[process]
+            for process, group in pids.items():
+                cpu[name][process] += sum(map(cpu_seconds, group)) - before[process]
             latencies[name] += result["latencies"]
             busy[name] += result["elapsed"]
             errors[name] += result["errors"]
@@ -262,11 +272,11 @@ def grouping_benchmark(es: Elasticsearch, index: str, texts: list[str]) -> dict[
 
 
 def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str, total_docs: int,
-           load_before: str) -> str:
+           load_before: str, workers: int = 1) -> str:
     lines = [SECTION, "", f"Command: `{command}`", "",
              f"Reuters-21578 ({total_docs} stories) enriched by `neardup index`, one shard; `match` on "
              "`title` with three words of a real title; every setting sends the same queries "
-             "directly, through `neardup proxy` (1 worker) and through the *floor* (a do-nothing aiohttp "
+             f"directly, through `neardup proxy` ({workers} worker{'s' if workers > 1 else ''}) and through the *floor* (a do-nothing aiohttp "
              "proxy: read the body, one pooled upstream request, answer with the upstream bytes), "
              "interleaved in chunks of 20 (1 client) or 100 (32 clients) queries. Load generator, proxies "
              "and Elasticsearch share the 2 cores. CPU per request from `/proc/<pid>/stat`. "
@@ -334,6 +344,7 @@ def main() -> int:
     parser.add_argument("--index", help="an existing index of Reuters enriched by neardup index")
     parser.add_argument("--requests", type=int, default=400, help="searches per setting and target")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=1, help="proxy worker processes (proxy.workers)")
     parser.add_argument("--results", type=Path, help="write the section into this RESULTS.md")
     parser.add_argument("--floor-server", nargs=2, metavar=("PORT", "ES_URL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -343,10 +354,10 @@ def main() -> int:
     es = Elasticsearch(args.es, request_timeout=300)
     load_before = f"{os.getloadavg()[0]:.1f}"
     index = args.index or load_reuters(es, args.es)
-    process, proxy_url = start_proxy(args.es)
+    process, proxy_url, proxy_pids = start_proxy(args.es, args.workers)
     floor, floor_url = start_floor(args.es)
     try:
-        pids = {"proxy": process.pid, "floor": floor.pid, "es": es_pid(es)}
+        pids = {"proxy": proxy_pids, "floor": [floor.pid], "es": [es_pid(es)]}
         texts = queries(args.requests, args.seed)
         rows = []
         for clients in (1, 32):
@@ -365,8 +376,8 @@ def main() -> int:
         if not args.index:
             es.options(ignore_status=404).indices.delete(index=index)
     command = "python bench/proxy.py --es URL" + (f" --requests {args.requests}" if args.requests != 400 else "") \
-        + (" --index NAME" if args.index else "")
-    text = report(rows, grouping, command, total, load_before)
+        + (" --index NAME" if args.index else "") + (f" --workers {args.workers}" if args.workers != 1 else "")
+    text = report(rows, grouping, command, total, load_before, args.workers)
     print(text)
     if args.results:
         write_section(args.results, text)

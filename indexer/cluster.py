@@ -75,9 +75,9 @@ from fingerprint import FIELD, FingerprintParams, scheme_version
 from fingerprint.clustering import ClusterParams, Clustering, PairSample, RoundStats, assign_ids, cluster_signatures
 from fingerprint.lsh import Banding, choose_banding, key_strings
 from indexer.client import display_url, make_client
-from indexer.cluster_verify import cluster_table
 from indexer.cluster_docs import (BANDS, CLUSTER, CLUSTER_MAPPING, SOURCE_FIELDS, DocTable, Planned, Stored,
                                   doc_key, split_key, stored_values)
+from indexer.cluster_verify import cluster_table
 from indexer.errors import JobError, error_type_and_reason
 from indexer.mapping import plan_neardup_mapping, put_neardup_mapping
 from indexer.progress import Progress

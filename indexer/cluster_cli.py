@@ -86,7 +86,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--verify", choices=["text", "signature"], default="text",
                         help="how candidate pairs are verified by the memory strategy: text (default): "
                         "exact resemblance of the shingle sets, from the --field texts read back for the "
-                        "candidates (candidates with an estimate down to 3 standard errors below the "
+                        "candidates (candidates with an estimate down to 5 standard errors below the "
                         "threshold; a document whose text no longer gives its stored fingerprint is "
                         "verified by its estimate), so the clusters are those of exact single-link; "
                         "signature: the estimate of the stored signatures (no texts read). --mode aggregate "

@@ -6,7 +6,7 @@ the threshold t (:func:`fingerprint.clustering.cluster_signatures` as it is). ``
 sets is at least t, which is what exact single-link over all pairs does
 (:mod:`fingerprint.verify` has the method and the math):
 
-* candidates come from the LSH banding chosen for ``t - δ``, ``δ = 3·sqrt(t(1 - t)/K)``, and
+* candidates come from an LSH banding chosen for ``t - δ``, ``δ = 5·sqrt(t(1 - t)/K)``, and
   must pass ``Ĵ ≥ t - δ`` (the iterative rounds and shortcuts of ``cluster_signatures`` are
   kept; pairs already joined are not verified);
 * the texts of the documents of those pairs are read from Elasticsearch (``mget`` of the

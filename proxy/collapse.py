@@ -95,10 +95,12 @@ def group(hits: Sequence[Any], channel: Channel, threshold: float, mode: Mode,
         if not isinstance(hit, dict):
             raise CollapseError(f"hit {position} is not an object")
         # The proxy adds to these: they must be objects.
-        if not isinstance(hit.get("fields", _OBJECT), dict) or not isinstance(hit.get("inner_hits", _OBJECT), dict):
-            key = "fields" if not isinstance(hit.get("fields", _OBJECT), dict) else "inner_hits"
+        fields, inner = hit.get("fields", _OBJECT), hit.get("inner_hits", _OBJECT)
+        if not isinstance(fields, dict) or not isinstance(inner, dict):
+            key = "fields" if not isinstance(fields, dict) else "inner_hits"
             raise CollapseError(f"hit {position} has a {key} that is not an object")
-        stored.append(stored_fingerprint(hit, channel))
+        source = hit.get("_source") if channel == "_source" else None
+        stored.append(source_fingerprint(source) if type(source) is Raw else stored_fingerprint(hit, channel))
     n = len(hits)
     labels = np.arange(n, dtype=np.int64)
     if mode == tfidf.MODE:  # TF-IDF cosine of the stored vectors instead of signatures

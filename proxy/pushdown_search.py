@@ -147,8 +147,10 @@ async def allowed(state: "ProxyState", request: web.Request, index: str, plan: P
         return False
     key = (index, _identity(request))
     facts = await _cache(state).get(key, lambda: _check(state, request, index))
+    if facts is None or not facts.complete:   # the usual answer: no clusters; decided at once
+        return False
     settings = plan.settings
-    return facts is not None and facts.allow(settings.threshold, settings.mode, scheme_version(state.config.fingerprint))
+    return facts.allow(settings.threshold, settings.mode, scheme_version(state.config.fingerprint))
 
 
 def forget(state: "ProxyState", request: web.Request, index: str) -> None:

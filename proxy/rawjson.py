@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import numpy as np
 from msgspec import Raw
 
 from proxy import jsonio
@@ -74,7 +75,51 @@ def loads_search(raw: bytes) -> Any:
     return jsonio.loads(raw) if value is None else value
 
 
+class _Top(msgspec.Struct):
+    """The ``hits`` of a search response (its other keys are read from the envelope)."""
+
+    hits: _Hits | None = None
+
+
+_TOP = msgspec.json.Decoder(_Top)
+
+
+def _address(buffer: Any) -> int:
+    """Where a buffer's bytes are in memory (a :class:`msgspec.Raw` points into the response)."""
+    return int(np.frombuffer(buffer, np.uint8).__array_interface__["data"][0])
+
+
 def _decode_search(raw: bytes) -> Any:
+    value = _decode_search_one_pass(raw)
+    return value if value is not None else _decode_search_two_passes(raw)
+
+
+def _decode_search_one_pass(raw: bytes) -> Any:
+    """One pass over the response for compact JSON in Elasticsearch's key order (the usual
+    case): the ``hits`` object decoded typed, the rest of the response (``"hits"`` cut out of it
+    by the positions of the raw values) decoded as it is; None when anything is different."""
+    hits = _TOP.decode(raw).hits
+    if hits is None or not hits.hits:
+        return None
+    first, key = (hits.total, b'"hits":{"total":') if hits.total is not None else \
+        (hits.max_score, b'"hits":{"max_score":') if hits.max_score is not None else (None, b"")
+    last_hit = hits.hits[-1]
+    if first is None or not last_hit:
+        return None
+    last = next(reversed(last_hit.values()))
+    base = _address(raw)
+    start = _address(first) - base - len(key)
+    end = _address(last) - base + len(last) + 3   # the last hit's "}", the array's "]", "}"
+    if start < 1 or raw[start:start + len(key)] != key or raw[end - 3:end] != b"}]}":
+        return None
+    value = _ANY.decode(b"".join((raw[:start], b'"hits":0', raw[end:])))
+    if type(value) is not dict or type(value.get("hits")) is not int:
+        return None
+    value["hits"] = _hits_value(hits)
+    return value
+
+
+def _decode_search_two_passes(raw: bytes) -> Any:
     top = _OBJECT.decode(raw)
     hits_raw = top.get("hits")
     if hits_raw is None:
@@ -82,6 +127,15 @@ def _decode_search(raw: bytes) -> Any:
     hits = _HITS.decode(hits_raw)
     if hits.hits is None or not _hits_in_order(hits_raw, hits):
         return None
+    top["hits"] = _PLACEHOLDER
+    value = _ANY.decode(_ENCODE.encode(top))
+    value["hits"] = _hits_value(hits)
+    return value
+
+
+def _hits_value(hits: _Hits) -> dict[str, Any]:
+    """The ``hits`` object as Python values, each hit's ``_source`` left raw."""
+    assert hits.hits is not None
     sources: list[Raw | None] = []
     for hit in hits.hits:
         source = hit.get("_source")
@@ -94,12 +148,10 @@ def _decode_search(raw: bytes) -> Any:
     if hits.max_score is not None:
         rest["max_score"] = hits.max_score
     rest["hits"] = hits.hits
-    top["hits"] = rest   # type: ignore[assignment]
-    value = _ANY.decode(_ENCODE.encode(top))
-    if any(sources):
-        for hit, source in zip(value["hits"]["hits"], sources):
-            if source is not None:
-                hit["_source"] = source
+    value = _ANY.decode(_ENCODE.encode(rest))
+    for hit, source in zip(value["hits"], sources):
+        if source is not None:
+            hit["_source"] = source
     return value
 
 
@@ -122,7 +174,7 @@ def _decode_msearch(raw: bytes) -> Any:
         return None
     responses = []
     for item in _RESPONSES.decode(responses_raw):
-        response = _decode_search(item)
+        response = _decode_search(bytes(item))
         responses.append(_ANY.decode(item) if response is None else response)
     top["responses"] = _PLACEHOLDER
     value = _ANY.decode(_ENCODE.encode(top))
@@ -154,7 +206,8 @@ _VECTOR = msgspec.json.Decoder(_VectorSource)
 
 def source_fingerprint(source: Raw) -> dict[str, Any] | None:
     """``{"v", "sig", "n"}`` of a raw ``_source``'s ``neardup`` object; None when the source
-    has none, it is not an object, or the source is not an object (no fingerprint)."""
+    has none, it is not an object, or the source is not an object (no fingerprint). A typed
+    decode: msgspec skips everything else without building it (~3 µs for a 4 kB source)."""
     try:
         found = _FINGERPRINT.decode(source).neardup
     except (msgspec.MsgspecError, RecursionError):

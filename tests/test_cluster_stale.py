@@ -1,8 +1,10 @@
 """No document is grouped by an outdated cluster id.
 
 When the indexer writes a *changed* fingerprint (``neardup index``, ``neardup enrich``,
-``neardup load``), the cluster values derived from the old one (``neardup.cluster``,
-``neardup.bands``) go with it; an unchanged fingerprint keeps them. The proxy's push-down then
+``neardup load``) into an index that has clusters, the cluster values derived from the old one
+(``neardup.cluster``, ``neardup.bands``) go with it; an unchanged fingerprint keeps them. (Before
+an index is first clustered, ``index`` and ``load`` write the new fingerprint's seed instead:
+tests/test_cluster_seed.py.) The proxy's push-down then
 sees a document without a cluster id and collapses the window instead, until
 ``neardup cluster --incremental`` places the document again.
 """

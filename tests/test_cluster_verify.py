@@ -12,7 +12,10 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,17 +23,19 @@ import pytest
 
 from fingerprint import FIELD, Fingerprinter, FingerprintParams, group_labels, similar_pairs
 from fingerprint import jit
+from fingerprint import verify as verify_module
 from fingerprint.clustering import ClusterParams, cluster_signatures, merge_identical
 from fingerprint.lsh import candidate_probability_given_matches, choose_banding, needed_matches
 from fingerprint.hashing import multipliers
 from fingerprint.similarity import exact_resemblance
-from fingerprint.verify import (EPS, ShingleSets, candidate_pairs, estimate_margin, estimate_miss, exact_resemblances,
+from fingerprint.verify import (BAND_MISS, EPS, ShingleSets, banding_miss, candidate_pairs, estimate_margin, estimate_miss, exact_resemblances,
                                 links, lowered_banding, lowered_threshold, pair_intersections,
                                 pair_intersections_numpy, set_signatures, set_verifier, verified_single_link)
 from indexer.cluster import META_KEY
 from indexer.cluster_verify import text_params
 from tests.plugins.corpora import bulk_load, run_neardup
 
+ROOT = Path(__file__).resolve().parents[1]
 PARAMS = FingerprintParams()
 K = PARAMS.num_perm
 U64 = np.iinfo(np.uint64).max
@@ -69,6 +74,11 @@ def brute_force_exact(sets: ShingleSets, counts: np.ndarray, threshold: float) -
 @pytest.fixture(params=[True, False], ids=["compiled", "numpy"])
 def kernels(request):
     previous = jit.set_enabled(request.param)
+    if request.param:
+        jit.kernels()  # loaded: the compiled merge is used whatever the size of the work
+        assert verify_module._kernel(0) is not None
+    else:
+        assert verify_module._kernel(1 << 40) is None
     yield request.param
     jit.set_enabled(previous)
 
@@ -100,6 +110,8 @@ def test_compiled_and_numpy_intersections_are_equal():
     a, b = rng.integers(0, 60, 2000), rng.integers(0, 60, 2000)
     previous = jit.set_enabled(True)
     try:
+        jit.kernels()
+        assert verify_module._kernel(0) is not None
         compiled = pair_intersections(sets, a, b)
     finally:
         jit.set_enabled(previous)
@@ -135,6 +147,26 @@ def test_set_signatures_are_the_fingerprint_signatures(reuters_docs, fp):
     assert np.all(set_signatures(ShingleSets.from_arrays([np.empty(0, np.uint64)]), multipliers(PARAMS.seed, K)) == U64)
 
 
+def test_verifying_a_few_texts_does_not_load_numba():
+    """Loading numba costs about a second per process: small verifications stay on NumPy."""
+    code = """
+import sys
+import numpy as np
+from fingerprint import Fingerprinter, FingerprintParams
+from fingerprint.hashing import multipliers
+from fingerprint.verify import ShingleSets, exact_resemblances, set_signatures
+params = FingerprintParams()
+fp = Fingerprinter(params)
+sets = ShingleSets.from_arrays([fp.shingles(fp.canonical_tokens(t)) for t in
+                                ["the cat sat on the mat today", "the cat sat on a mat today", "dogs bark loudly"]])
+set_signatures(sets, multipliers(params.seed, params.num_perm))
+print(exact_resemblances(sets, np.array([0, 0]), np.array([1, 2])).tolist())
+assert "numba" not in sys.modules, "numba was loaded"
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
 def test_bad_pairs_are_refused():
     sets = ShingleSets.from_arrays([np.array([1, 2], dtype=np.uint64)])
     with pytest.raises(IndexError):
@@ -146,11 +178,13 @@ def test_bad_pairs_are_refused():
 
 # --- the margin -------------------------------------------------------------------------------------
 
-def test_margin_is_three_standard_errors_at_the_threshold():
-    assert estimate_margin(0.8, 84) == pytest.approx(3 * math.sqrt(0.8 * 0.2 / 84))
-    assert round(estimate_margin(0.8, 84), 4) == 0.1309 and round(estimate_margin(0.5, 84), 4) == 0.1637
+def test_margin_is_five_standard_errors_at_the_threshold():
+    assert estimate_margin(0.8, 84) == pytest.approx(5 * math.sqrt(0.8 * 0.2 / 84))
+    assert round(estimate_margin(0.8, 84), 4) == 0.2182 and round(estimate_margin(0.5, 84), 4) == 0.2728
+    assert estimate_margin(0.8, 84, sigmas=3) == pytest.approx(3 * math.sqrt(0.8 * 0.2 / 84))
     assert estimate_margin(1.0, 84) == 0.0 and lowered_threshold(0.0, 84) == 0.0
     assert lowered_banding(0.8, 84).rows == 4 and lowered_banding(0.5, 84).rows == 2
+    assert lowered_banding(0.4, 84).rows == 2  # not 1: the S-curve at t - δ would ask for one row
     with pytest.raises(ValueError):
         estimate_margin(1.2, 84)
 
@@ -160,13 +194,19 @@ def test_estimate_miss_bounds_every_resemblance_at_or_above_the_threshold(thresh
     """P(Ĵ < t - δ | J) is largest at J = t (the binomial is stochastically increasing)."""
     bound = estimate_miss(threshold, K)
     low = needed_matches(lowered_threshold(threshold, K), K)
-    assert 0 < bound < 0.004
+    assert 0 < bound < 1e-5 and 0 < estimate_miss(threshold, K, sigmas=3) < 0.004
     for resemblance in np.linspace(threshold, 1.0, 12):
         tail = sum(math.comb(K, m) * resemblance ** m * (1 - resemblance) ** (K - m) for m in range(low))
         assert tail <= bound + 1e-15
-    # and the lowered banding finds almost every pair passing the estimate floor
+    # the banding loses at most BAND_MISS of the pairs at J = t passing the floor, and fewer above
     banding = lowered_banding(threshold, K)
-    assert candidate_probability_given_matches(low, K, banding.rows, banding.bands) > 0.999
+    assert banding_miss(threshold, K, banding.rows) <= BAND_MISS
+    assert banding_miss(threshold, K, banding.rows + 1) > BAND_MISS or banding.rows + 1 > K // 2
+    for resemblance in np.linspace(threshold, 1.0, 6):
+        miss = sum(math.comb(K, m) * resemblance ** m * (1 - resemblance) ** (K - m)
+                   * (1 - candidate_probability_given_matches(m, K, banding.rows, banding.bands))
+                   for m in range(low, K + 1))
+        assert miss <= banding_miss(threshold, K, banding.rows) + 1e-15
 
 
 # --- planted pairs: exact resemblance just above t, estimate below ---------------------------------------
@@ -289,6 +329,36 @@ def test_hook_clusters_equal_the_reference_and_exact_single_link(fp, threshold, 
     assert np.all(hooked.near_linked.sim >= threshold - EPS)
 
 
+def exact_single_link_sparse(arrays: list[np.ndarray], threshold: float) -> np.ndarray:
+    """Exact single-link over every pair sharing a shingle (an incidence matrix product)."""
+    from scipy import sparse
+
+    sizes = np.array([len(a) for a in arrays])
+    _, column = np.unique(np.concatenate(arrays), return_inverse=True)
+    rows = np.repeat(np.arange(len(arrays)), sizes)
+    incidence = sparse.csr_matrix((np.ones(len(rows), dtype=np.int32), (rows, column.ravel())))
+    shared = sparse.triu(incidence @ incidence.T, k=1).tocoo()
+    i, j, inter = shared.row.astype(np.int64), shared.col.astype(np.int64), shared.data.astype(np.int64)
+    linked = links(inter / (sizes[i] + sizes[j] - inter), threshold)
+    return group_labels(len(arrays), i[linked], j[linked])
+
+
+@pytest.mark.parametrize("threshold", [0.5, 0.8])
+def test_on_reuters_the_clusters_are_exact_single_links_and_the_estimates_are_not(reuters_docs, fp, threshold):
+    docs = [d for d in reuters_docs if d["body"]][:3000]
+    arrays = [fp.shingles(fp.canonical_tokens(f"{d['title']}\n{d['body']}")) for d in docs]
+    prints = [fp.fingerprint_fields([d["title"], d["body"]]) for d in docs]
+    signatures = np.stack([p.signature for p in prints])
+    counts = np.array([p.shingle_count for p in prints])
+    assert np.array_equal(counts, [len(a) for a in arrays])  # the sets the signatures were computed from
+    exact = exact_single_link_sparse(arrays, threshold)
+    params = text_params(ClusterParams(threshold, choose_banding(threshold, K, PARAMS.groups)), K, PARAMS.groups)
+    hooked = cluster_signatures(signatures, counts, params, verify=set_verifier(ShingleSets.from_arrays(arrays)))
+    assert np.array_equal(canonical(hooked.labels), canonical(exact))
+    estimated = cluster_signatures(signatures, counts, ClusterParams(threshold, choose_banding(threshold, K, 14)))
+    assert not np.array_equal(canonical(estimated.labels), canonical(exact))  # what --verify text is for
+
+
 def test_identical_signatures_are_joined_only_if_the_hook_links_them():
     sigs = np.zeros((4, K), dtype=np.uint64)
     sigs[:2] = 5
@@ -393,3 +463,28 @@ def test_text_verification_clusters_by_exact_resemblance(es, es_url, fp):
         assert "are --field body the fields `neardup index` fingerprinted" in result.stderr.decode()
     finally:
         es.options(ignore_status=404).indices.delete(index=name)
+
+
+@pytest.mark.es
+def test_text_verification_across_indices_and_with_routing(es, es_url, fp):
+    """Keys are ``<_index>/<_id>`` when a pattern covers several indices; a routed document is
+    read back with its routing."""
+    a, b = word_texts(fp, 0.8, below=False)   # J ≥ 0.8 > Ĵ
+    prefix = f"clustering-quality-multi-{uuid.uuid4().hex[:8]}"
+    first, second = f"{prefix}-1", f"{prefix}-2"
+    for name in (first, second):
+        es.indices.create(index=name, settings={"number_of_shards": 2, "number_of_replicas": 0})
+    try:
+        es.index(index=first, id="a", document={"title": "title", "body": a})
+        es.index(index=second, id="b", document={"title": "title", "body": b}, routing="elsewhere")
+        es.index(index=second, id="c", document={"title": "other", "body": "quite another story " * 5})
+        es.indices.refresh(index=f"{prefix}-*")
+        assert run_neardup(["index", "--index", f"{prefix}-*"], es_url).returncode == 0
+        summary = cluster_json(es_url, f"{prefix}-*")
+        assert summary["verification"]["documents_exact"] == 2 and summary["verification"]["pairs_exact"] == 1
+        got = {(hit["_index"], hit["_id"]): hit["_source"][FIELD]["cluster"] for hit in es.search(
+            index=f"{prefix}-*", size=10, source=[f"{FIELD}.cluster"])["hits"]["hits"]}
+        assert got[(first, "a")] == got[(second, "b")] == f"{first}/a"
+        assert got[(second, "c")] == f"{second}/c"
+    finally:
+        es.options(ignore_status=404).indices.delete(index=f"{first},{second}")
