@@ -44,8 +44,8 @@ import numpy as np
 from fingerprint import Fingerprinter
 from fingerprint.clustering import ClusterParams, Clustering, cluster_signatures
 from fingerprint.hashing import multipliers
-from fingerprint.verify import (SIGMAS, ShingleSets, estimate_margin, estimate_miss, exact_resemblances,
-                                lowered_banding, set_signatures)
+from fingerprint.verify import (SIGMAS, ShingleSets, banding_miss, estimate_margin, estimate_miss,
+                                exact_resemblances, lowered_banding, set_signatures)
 from indexer.cluster_docs import DocTable
 from indexer.texts import document_texts
 
@@ -72,6 +72,7 @@ class VerifyStats:
     margin: float = 0.0                  # δ
     floor: float = 0.0                   # t - δ: the estimate a candidate needs
     estimate_miss: float = 0.0           # most a pair with J ≥ t can fail the estimate floor
+    banding_miss: float = 0.0            # most the banding loses of the pairs passing the floor
     candidate_lsh: str = ""              # the banding of the candidates (for t - δ)
     documents_read: int = 0              # texts read from Elasticsearch
     documents_exact: int = 0             # of those, giving the fingerprint that was clustered
@@ -238,9 +239,10 @@ def cluster_table(job: "Job", table: DocTable) -> Clustering:
     groups = fingerprint.groups if job.params.banding.groups else 0
     params = text_params(job.params, fingerprint.num_perm, groups)
     stats.margin = params.margin
-    stats.floor = params.threshold - params.margin
+    stats.floor = max(params.threshold - params.margin, 0.0)
     stats.estimate_miss = estimate_miss(params.threshold, fingerprint.num_perm)
     banding = params.banding
+    stats.banding_miss = banding_miss(params.threshold, fingerprint.num_perm, banding.rows)
     stats.candidate_lsh = f"{banding.bands} bands × {banding.rows} rows" + (
         f" + {len(banding.extra_groups)} supershingle keys" if banding.extra_groups else "")
     verifier = TextVerifier(job.client, job.retrier, table, job.options.title_fields, fingerprinter, stats)

@@ -21,7 +21,10 @@ search (a ``size`` 100 window of Reuters is ~430 kB, nearly all ``_source``). So
 
 Values keep the guarantees of :func:`proxy.jsonio.loads`: integers of any size stay exact
 (msgspec reads them as Python ints), nothing that is not JSON is accepted (``NaN``, numbers
-that overflow, trailing bytes), duplicate keys keep the last value. Whenever the fast decode
+that overflow, trailing bytes), duplicate keys keep the last value. A raw ``_source`` is checked
+to be well-formed JSON (structure, escapes, number syntax) but not parsed, so a number in it
+that no double holds (``1e999``) goes to the client as Elasticsearch sent it, and only its own
+hit loses its fingerprint if it is one of ``neardup``'s fields. Whenever the fast decode
 cannot (an unexpected shape, a lone surrogate escape, a pretty-printed upstream answer, nesting
 deeper than msgspec allows), the response is read by :func:`proxy.jsonio.loads` as before, which
 gives the same values or raises the same ``ValueError``.

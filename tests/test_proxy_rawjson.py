@@ -204,12 +204,12 @@ def test_raw_values_point_into_the_response() -> None:
     assert raw[at:at + len(source)] == bytes(source)
 
 
-# -- small windows without candidate pairs -------------------------------------------------------
+# -- small windows: pairs compared directly -------------------------------------------------------
 @pytest.mark.parametrize("mode", ["resemblance", "containment"])
 @pytest.mark.parametrize("threshold", [0.0, 0.3, 0.8, 0.95, 1.0])
-def test_quick_no_pairs_answer_agrees_with_similar_pairs(mode: str, threshold: float) -> None:
+def test_small_window_pairs_agree_with_similar_pairs(mode: str, threshold: float) -> None:
     from fingerprint import similar_pairs
-    from proxy.fingerprints import similar_pairs_or_none
+    from proxy.fingerprints import similar_pairs_small
 
     rng = np.random.default_rng(11)
     for trial in range(60):
@@ -224,6 +224,16 @@ def test_quick_no_pairs_answer_agrees_with_similar_pairs(mode: str, threshold: f
         signatures = rng.integers(0, 3, size=(n, 84), dtype=np.uint64) if small else base
         counts = rng.integers(0, 50, size=n)
         expected = similar_pairs(signatures, counts, threshold, mode)
-        got = similar_pairs_or_none(signatures, counts, threshold, mode)
+        got = similar_pairs_small(signatures, counts, threshold, mode)
         for e, g in zip(expected, got):
             assert e.dtype == g.dtype and np.array_equal(e, g)
+
+
+def test_a_number_no_double_holds_passes_through_in_its_source() -> None:
+    raw = (b'{"took":1,"hits":{"total":1,"hits":[{"_id":"1","_source":{"a":1e999,"neardup":'
+           + FP_TEXT.encode() + b'}},{"_id":"2","_source":{"neardup":{"v":"x","sig":"y","n":1e999}}}]}}')
+    value = rawjson.loads_search(raw)
+    assert jsonio.dumps(value) == raw
+    hits = value["hits"]["hits"]
+    assert rawjson.source_fingerprint(hits[0]["_source"]) == {k: FP[k] for k in ("v", "sig", "n")}
+    assert rawjson.source_fingerprint(hits[1]["_source"]) is None
