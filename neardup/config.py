@@ -89,6 +89,10 @@ class ProxyConfig(_Section):
     workers: Annotated[int, Field(ge=1, le=64)] = 1
     max_body_bytes: Annotated[int, Field(ge=1024)] = 100 * 1024 * 1024
     shutdown_timeout: Seconds = 30.0
+    #: Requests one worker handles at a time; one more is answered at once with 429
+    #: ``es_rejected_execution_exception`` (clients retry it), never sent upstream. 0: no limit.
+    #: ``/_neardup/health`` and ``/_neardup/metrics`` are never refused.
+    max_in_flight: Annotated[int, Field(ge=0, le=1_000_000)] = 512
     #: Serve the search playground page at ``/_neardup/`` (404 when off).
     playground: bool = False
     #: Refuse (403) every request that could write: see :mod:`proxy.access`.

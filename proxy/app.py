@@ -49,7 +49,7 @@ class QuietMalformedRequests(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, aiohttp.http_exceptions.HttpProcessingError):
-            problem = str(exc.message).splitlines()[0].rstrip(": ") if exc.message else "malformed"
+            problem = errors.malformed_problem(exc)
             record.levelno, record.levelname = logging.WARNING, "WARNING"
             record.msg, record.args = "malformed HTTP request answered with %s: %s", (exc.code, problem)
             record.exc_info, record.exc_text = None, None
@@ -70,6 +70,7 @@ class ProxyState:
     metrics: Metrics
     algorithms: Algorithms
     policy: access.Policy   # read-only mode and path allow-list, compiled once
+    admitted: int = 0       # requests in flight that count against proxy.max_in_flight
 
 
 STATE: web.AppKey[ProxyState] = web.AppKey("neardup_state", ProxyState)
@@ -96,7 +97,44 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     started = time.perf_counter()
     request[ROUTE] = "passthrough"
     request[OUTCOME] = None
+    limit = state.config.proxy.max_in_flight
+    counted = bool(limit) and not (request.raw_path.startswith("/_neardup/") and request.path in NEVER_SHED)
+    if counted and state.admitted >= limit:
+        response = _shed(request, state, limit)
+    else:
+        response = await _handle(request, handler, state, counted)
+    elapsed = time.perf_counter() - started
+    route = request[ROUTE]
+    state.metrics.inc("neardup_proxy_requests_total", route=route, status=str(response.status))
+    state.metrics.observe(elapsed, route=route)
+    if route in ("search", "msearch") and request[OUTCOME]:
+        outcome, _, reason = str(request[OUTCOME]).partition(":")
+        state.metrics.inc("neardup_proxy_searches_total", outcome=outcome, reason=reason)
+    state.metrics.maybe_write_snapshot()
+    if access_log.isEnabledFor(logging.INFO):
+        _log_access(request, response, elapsed)
+    return response
+
+
+#: Paths answered even when ``proxy.max_in_flight`` requests are in flight: an overloaded proxy
+#: must still say so to its health checks and metrics scrapers.
+NEVER_SHED = frozenset({"/_neardup/health", "/_neardup/metrics"})
+
+
+def _shed(request: web.Request, state: ProxyState, limit: int) -> web.Response:
+    """Overload: 429 at once, in Elasticsearch's own rejection format, nothing sent upstream."""
+    request[ROUTE] = "rejected"
+    request[OUTCOME] = "rejected"
+    state.metrics.inc("neardup_proxy_rejected_total")
+    return error_response(errors.rejected(limit))
+
+
+async def _handle(request: web.Request, handler: Handler, state: ProxyState,
+                  counted: bool) -> web.StreamResponse:
+    """Run the handler; every failure becomes an Elasticsearch error body."""
     state.metrics.in_flight += 1
+    if counted:
+        state.admitted += 1
     try:
         response = await handler(request)
     except errors.ProxyError as exc:
@@ -105,6 +143,9 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
             state.metrics.inc("neardup_proxy_upstream_errors_total", kind=kind)
         request[OUTCOME] = request[OUTCOME] or exc.type
         response = error_response(exc)
+    except aiohttp.http_exceptions.HttpProcessingError as exc:   # the body broke HTTP framing
+        response = error_response(errors.malformed_request(exc.code or 400, exc))
+        response.force_close()   # the connection's bytes are out of step: nothing more on it
     except web.HTTPRequestEntityTooLarge:
         response = error_response(errors.body_too_large(request.content_length,
                                                         state.config.proxy.max_body_bytes))
@@ -117,16 +158,8 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = error_response(errors.internal(type(exc).__name__))
     finally:
         state.metrics.in_flight -= 1
-    elapsed = time.perf_counter() - started
-    route = request[ROUTE]
-    state.metrics.inc("neardup_proxy_requests_total", route=route, status=str(response.status))
-    state.metrics.observe(elapsed, route=route)
-    if route in ("search", "msearch") and request[OUTCOME]:
-        outcome, _, reason = str(request[OUTCOME]).partition(":")
-        state.metrics.inc("neardup_proxy_searches_total", outcome=outcome, reason=reason)
-    state.metrics.maybe_write_snapshot()
-    if access_log.isEnabledFor(logging.INFO):
-        _log_access(request, response, elapsed)
+        if counted:
+            state.admitted -= 1
     return response
 
 

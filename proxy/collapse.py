@@ -102,7 +102,6 @@ def group(hits: Sequence[Any], channel: Channel, threshold: float, mode: Mode,
         source = hit.get("_source") if channel == "_source" else None
         stored.append(source_fingerprint(source) if type(source) is Raw else stored_fingerprint(hit, channel))
     n = len(hits)
-    labels = np.arange(n, dtype=np.int64)
     if mode == tfidf.MODE:  # TF-IDF cosine of the stored vectors instead of signatures
         fingerprinted, i, j = tfidf.vector_pairs([tfidf.stored_vector(hit, channel) for hit in hits],
                                                  threshold, algorithms.tfidf_version)
@@ -113,6 +112,7 @@ def group(hits: Sequence[Any], channel: Channel, threshold: float, mode: Mode,
     if len(fingerprinted) < 2 or not len(i):   # nothing to fold: every hit is its own group
         return [[position] for position in range(n)], len(fingerprinted)
     local = np.asarray(algorithms.group_labels(len(fingerprinted), np.asarray(i), np.asarray(j)))
+    labels = np.arange(n, dtype=np.int64)
     # Local label = smallest local member index; map it back to hit positions.
     labels[fingerprinted] = fingerprinted[local]
     members: dict[int, list[int]] = {}

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
+
 from proxy import jsonio
 
 JSON_CONTENT_TYPE = "application/json; charset=UTF-8"
@@ -53,6 +55,33 @@ def body_too_large(size: int | None, limit: int) -> ProxyError:
     return ProxyError(413, "content_too_long_exception",
                       f"request body is too large: {seen}, the limit is {limit} bytes "
                       "(proxy.max_body_bytes)")
+
+
+def rejected(limit: int) -> ProxyError:
+    """HTTP 429 ``es_rejected_execution_exception``: what Elasticsearch answers when a thread pool
+    queue is full, so clients back off and retry it (the official ones do by default)."""
+    return ProxyError(429, "es_rejected_execution_exception",
+                      f"rejected execution: this proxy worker already handles {limit} requests "
+                      f"(proxy.max_in_flight = {limit}); retry later")
+
+
+def malformed_problem(exc: BaseException) -> str:
+    """One line naming what is wrong with a request aiohttp could not parse, without the
+    offending bytes (they may hold a credential): "Invalid header token", "Invalid method
+    encountered", "a request line or header is longer than 8190 bytes"..."""
+    if isinstance(exc, LineTooLong):
+        return f"a request line or header is longer than {exc.args[1]} bytes"
+    text = str(exc.message) if isinstance(exc, HttpProcessingError) and exc.message else ""
+    first = text.strip().splitlines()[0].rstrip(": ") if text.strip() else ""
+    return first or type(exc).__name__
+
+
+def malformed_request(status: int, exc: BaseException | None) -> ProxyError:
+    """What the proxy answers to bytes that are not a valid HTTP request (aiohttp's parser
+    refused them; ``status`` is the one it chose): ``illegal_argument_exception``, as
+    Elasticsearch answers a request it cannot read."""
+    problem = malformed_problem(exc) if exc is not None else "malformed"
+    return ProxyError(status, "illegal_argument_exception", f"malformed HTTP request: {problem}")
 
 
 def upstream_unreachable(detail: str) -> ProxyError:

@@ -54,7 +54,11 @@ def similar_pairs_small(signatures: np.ndarray, counts: np.ndarray, threshold: f
         need = max(1, math.ceil(threshold * k - 1e-9)) if mode == "resemblance" else 1
         sig = signatures[rows]
         equal = np.count_nonzero(sig[:, None, :] == sig[None, :, :], axis=2)
-        a, b = np.nonzero((equal >= need) & _upper(rows.size))   # row-major: sorted by (a, b)
+        similar = (equal >= need) & _upper(rows.size)
+        if not similar.any():   # the usual case: no near-duplicates in the window
+            empty = np.empty(0, dtype=np.int64)
+            return empty, empty.copy(), np.empty(0, dtype=np.float64)
+        a, b = np.nonzero(similar)   # row-major: sorted by (a, b)
         lo, hi = rows[a].astype(np.int64), rows[b].astype(np.int64)
         sim = equal[a, b] / k
         if mode == "containment":

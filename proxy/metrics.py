@@ -25,6 +25,7 @@ _HELP = {
     "neardup_proxy_hits_collapsed_total": ("counter", "Hits folded under inner_hits.neardup."),
     "neardup_proxy_upstream_errors_total": ("counter", "Upstream failures by kind (unreachable, timeout, broken)."),
     "neardup_proxy_fail_open_total": ("counter", "Responses returned uncollapsed because collapsing failed."),
+    "neardup_proxy_rejected_total": ("counter", "Requests refused with 429 because proxy.max_in_flight were in flight."),
     "neardup_proxy_in_flight_requests": ("gauge", "Requests being handled now."),
 }
 
@@ -129,7 +130,8 @@ class Metrics:
 
 
 def _has_labels(name: str) -> bool:
-    return name not in ("neardup_proxy_hits_collapsed_total", "neardup_proxy_fail_open_total")
+    return name not in ("neardup_proxy_hits_collapsed_total", "neardup_proxy_fail_open_total",
+                        "neardup_proxy_rejected_total")
 
 
 def _escape(value: str) -> str:

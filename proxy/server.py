@@ -21,10 +21,13 @@ import time
 from typing import Any, Coroutine
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
 from neardup.config import Config, split_host_port
 from neardup.upstream import UpstreamError, check_upstream, without_credentials
-from proxy.app import create_app, create_ops_app
+from proxy import errors
+from proxy.app import create_app, create_ops_app, error_response
 
 log = logging.getLogger("neardup.proxy")
 
@@ -51,6 +54,76 @@ def bind(host: str, port: int) -> socket.socket:
 def url_of(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+class ElasticErrorRequestHandler(RequestHandler):
+    """aiohttp's connection handler, answering what it cannot hand to the application in
+    Elasticsearch's error format instead of plain text.
+
+    A request aiohttp cannot parse (bad request line, bad header, invalid chunked encoding, a
+    line over 8190 bytes...) never reaches the application or its middleware: aiohttp answers
+    it itself through :meth:`RequestHandler.handle_error` (aiohttp issue #3287 asks for a
+    public hook; there is none in 3.14). This override keeps what aiohttp does there — the
+    status it chose, the log record, closing the connection, refusing once bytes were sent —
+    and only changes the body: ``illegal_argument_exception`` naming the problem (not the
+    offending bytes) for a malformed request, ``neardup_proxy_exception`` otherwise, as JSON,
+    never a traceback.
+    """
+
+    def data_received(self, data: bytes) -> None:
+        """As aiohttp's, but a body that breaks off in the middle (invalid chunked encoding
+        after the first chunks) fails the request reading it, instead of queueing the error as
+        a next request while that one waits for the rest of its body forever."""
+        request = self._current_request
+        queued = len(self._messages)
+        super().data_received(data)
+        if len(self._messages) <= queued or not isinstance(self._messages[-1][0], _ErrInfo):
+            return
+        # Whose body was being read: the last request queued before the error, else the one
+        # being handled now.
+        if len(self._messages) >= 2:
+            payload, current = self._messages[-2][1], False
+        elif request is not None:
+            payload, current = request.content, True
+        else:
+            return
+        if payload.is_eof() or payload.exception() is not None:
+            return   # the error is in a new request: aiohttp answers it (handle_error)
+        message, _ = self._messages.pop()
+        payload.set_exception(message.exc)   # reading the body raises it: the middleware's 400
+        payload.feed_eof()
+        if current:
+            self.close()   # the connection's bytes are out of step: no further request on it
+
+    def handle_error(self, request: web.BaseRequest, status: int = 500,
+                     exc: BaseException | None = None, message: str | None = None) -> web.StreamResponse:
+        super().handle_error(request, status, exc, message)   # logs it; raises once bytes went out
+        if isinstance(exc, HttpProcessingError) or 400 <= status < 500:
+            error = errors.malformed_request(status, exc)
+        elif status == 504:
+            error = errors.ProxyError(504, "neardup_proxy_exception", "the request took too long")
+        else:
+            error = errors.internal(type(exc).__name__ if exc is not None else "unexpected error")
+        response = error_response(error)
+        response.force_close()
+        return response
+
+
+class ElasticErrorServer(web.Server):
+    """:class:`aiohttp.web.Server` whose connections use :class:`ElasticErrorRequestHandler`."""
+
+    def __call__(self) -> RequestHandler:
+        return ElasticErrorRequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+class ProxyRunner(web.AppRunner):
+    """:class:`aiohttp.web.AppRunner` serving with :class:`ElasticErrorServer`."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        if type(server) is web.Server:   # the same object, with the error handling above
+            server.__class__ = ElasticErrorServer
+        return server
 
 
 #: Net new container objects (dicts, lists) before a young-generation garbage collection; the
@@ -82,7 +155,7 @@ async def run_worker(config: Config, sock: socket.socket, metrics_dir: str | Non
     """Serve on ``sock`` (and the ops endpoints on ``ops_sock``) until SIGTERM/SIGINT, then
     shut down gracefully."""
     app = create_app(config, metrics_dir=metrics_dir)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, auto_decompress=False,
+    runner = ProxyRunner(app, handle_signals=False, access_log=None, auto_decompress=False,
                            shutdown_timeout=config.proxy.shutdown_timeout)
     await runner.setup()
     tune_gc()   # before accepting: the full collection must not stall a worker's first requests
@@ -90,7 +163,7 @@ async def run_worker(config: Config, sock: socket.socket, metrics_dir: str | Non
     await site.start()
     ops_runner = None
     if ops_sock is not None:
-        ops_runner = web.AppRunner(create_ops_app(app), handle_signals=False, access_log=None,
+        ops_runner = ProxyRunner(create_ops_app(app), handle_signals=False, access_log=None,
                                    shutdown_timeout=1.0)
         await ops_runner.setup()
         await web.SockSite(ops_runner, ops_sock).start()

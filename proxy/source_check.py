@@ -112,9 +112,13 @@ def contained_shares(source: np.ndarray, hits: Sequence[np.ndarray], bloom: Bloo
                      min_share: float, min_shared: int) -> tuple[dict[int, float], int]:
     """({hit position: |S ∩ C| / |S|} for the hits containing the source, candidates screened):
     a Bloom filter of the hits (rows of :func:`page_bloom_params`) queried with S, the
-    candidates verified exactly."""
+    candidates verified exactly. The sets may come in any order: they are made sorted and unique
+    first (``fingerprint.copies.verify`` counts |S ∩ C| on sorted unique arrays; shingle sets from
+    :func:`shingle_texts` are already, so this costs little)."""
     if len(source) == 0 or not hits:
         return {}, 0
+    source = np.unique(np.asarray(source, dtype=np.uint64))
+    hits = [np.unique(np.asarray(h, dtype=np.uint64)) for h in hits]
     rows = page_bloom_params([len(h) for h in hits], bloom)
     found, _ = build_filter(hits, rows).query(source, min_share)
     sets = [*hits, source]
