@@ -22,7 +22,8 @@ from typing import Any, Coroutine
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.web_protocol import RequestHandler, _ErrInfo
+from aiohttp import web_protocol
+from aiohttp.web_protocol import RequestHandler
 
 from neardup.config import Config, split_host_port
 from neardup.upstream import UpstreamError, check_upstream, without_credentials
@@ -54,6 +55,12 @@ def bind(host: str, port: int) -> socket.socket:
 def url_of(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+#: aiohttp's record of a request it could not parse (private; tested with aiohttp 3.14). If a
+#: later aiohttp drops it, the mid-body repair in :meth:`ElasticErrorRequestHandler.data_received`
+#: turns itself off (``isinstance(x, ())`` is always false) and the rest still works.
+_ErrInfo: type | tuple[()] = getattr(web_protocol, "_ErrInfo", ())
 
 
 class ElasticErrorRequestHandler(RequestHandler):

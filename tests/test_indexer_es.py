@@ -18,7 +18,6 @@ from elasticsearch import Elasticsearch
 
 from fingerprint import FIELD, Fingerprinter, FingerprintParams
 from indexer.client import make_client
-from indexer.cluster_seed import SeedPlan
 from indexer.errors import EXIT_OK, EXIT_STOPPED
 from indexer.query import SliceSpec, selection
 from indexer.reader import SliceReader
@@ -27,19 +26,12 @@ from indexer.stats import JobStats
 from indexer.writer import BulkUpdater
 from indexer.job import fingerprint_function
 from neardup.config import load_config
-from tests.plugins.corpora import bulk_load, neardup_env, run_neardup
+from tests.plugins.corpora import bulk_load, neardup_env, run_neardup, with_seed
 
 pytestmark = pytest.mark.timeout(600)
 
 FIELDS = ["title", "body"]
 
-
-def with_seed(value: dict[str, Any], doc_id: str) -> dict[str, Any]:
-    """``value`` (a fingerprint's ``neardup`` object) with the cluster seed ``neardup index`` and
-    ``neardup load`` write while the index has never been clustered (:mod:`indexer.cluster_seed`:
-    ``cluster`` = the ``_id``, ``bands`` = the LSH keys of the default threshold 0.8)."""
-    plan = SeedPlan.for_target("any", 0.8, FingerprintParams(), ["any"])
-    return {**value, **plan.values([("any", doc_id, value)])[0]}
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,9 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from fingerprint import FIELD, Fingerprinter, FingerprintParams
-from indexer.cluster_seed import SeedPlan
 from indexer.dedup import similarity
 from indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_STOPPED
-from tests.plugins.corpora import run_neardup
+from tests.plugins.corpora import run_neardup, with_seed
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -23,13 +22,6 @@ pytestmark = pytest.mark.timeout(600)
 STORY_IDS = ["1", "2", "3", "4", "16", "230", "240", "347", "414", "421"]
 THRESHOLD = 0.9
 
-
-def with_seed(value: dict[str, Any], doc_id: str) -> dict[str, Any]:
-    """``value`` (a fingerprint's ``neardup`` object) with the cluster seed ``neardup index`` and
-    ``neardup load`` write while the index has never been clustered (:mod:`indexer.cluster_seed`:
-    ``cluster`` = the ``_id``, ``bands`` = the LSH keys of the default threshold 0.8)."""
-    plan = SeedPlan.for_target("any", 0.8, FingerprintParams(), ["any"])
-    return {**value, **plan.values([("any", doc_id, value)])[0]}
 
 
 @pytest.fixture(scope="module")

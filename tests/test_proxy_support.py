@@ -33,6 +33,7 @@ from neardup.config import Config
 from neardup.corpora import reuters_documents
 from proxy.app import create_app
 from proxy.collapse import Algorithms
+from proxy.server import ProxyRunner
 
 
 def make_config(es_url: str, **sections: dict[str, Any]) -> Config:
@@ -68,7 +69,7 @@ class ProxyThread:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         self.app = create_app(self.config, algorithms=self.algorithms)
-        runner = web.AppRunner(self.app, access_log=None, auto_decompress=False,
+        runner = ProxyRunner(self.app, access_log=None, auto_decompress=False,
                                handle_signals=False, shutdown_timeout=5)
         await runner.setup()
         sock = socket.socket()

@@ -92,3 +92,14 @@ def reuters_index(es: Elasticsearch, es_url: str, reuters_docs: list[dict[str, A
 @pytest.fixture(scope="session")
 def reuters_index_summary(reuters_index: str) -> dict[str, Any]:
     return _SUMMARIES[reuters_index]
+
+
+def with_seed(value: dict[str, Any], doc_id: str) -> dict[str, Any]:
+    """``value`` (a fingerprint's ``neardup`` object) with the cluster seed ``neardup index`` and
+    ``neardup load`` write while the index has never been clustered (:mod:`indexer.cluster_seed`:
+    ``cluster`` = the ``_id``, ``bands`` = the LSH keys of the default threshold 0.8)."""
+    from fingerprint import FingerprintParams
+    from indexer.cluster_seed import SeedPlan
+
+    plan = SeedPlan.for_target("any", 0.8, FingerprintParams(), ["any"])
+    return {**value, **plan.values([("any", doc_id, value)])[0]}
