@@ -17,7 +17,7 @@ import asyncio
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 import aiohttp
@@ -32,6 +32,7 @@ from proxy.collapse import Algorithms
 from proxy.fingerprints import default_algorithms
 from proxy.metrics import Metrics
 from proxy.params import parse_controls, resolve, split_query
+from proxy.pushdown_search import FactsCache
 from proxy.routes import classify, index_of
 from proxy.searching import OUTCOME, ROUTE
 from proxy.upstream import Upstream
@@ -71,6 +72,7 @@ class ProxyState:
     algorithms: Algorithms
     policy: access.Policy   # read-only mode and path allow-list, compiled once
     admitted: int = 0       # requests in flight that count against proxy.max_in_flight
+    pushdown_facts: FactsCache = field(default_factory=FactsCache)  # cluster push-down checks, per worker
 
 
 STATE: web.AppKey[ProxyState] = web.AppKey("neardup_state", ProxyState)

@@ -28,7 +28,6 @@ import asyncio
 import hashlib
 import logging
 import time
-import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 from urllib.parse import quote
@@ -88,17 +87,6 @@ class FactsCache:
         self._entries.pop(key, None)
 
 
-#: One cache per worker application (keyed by its upstream pool, which lives in one event loop).
-_CACHES: "weakref.WeakKeyDictionary[Any, FactsCache]" = weakref.WeakKeyDictionary()
-
-
-def _cache(state: "ProxyState") -> FactsCache:
-    cache = _CACHES.get(state.upstream)
-    if cache is None:
-        cache = _CACHES[state.upstream] = FactsCache()
-    return cache
-
-
 def _identity(request: web.Request) -> str:
     values = "\n".join(f"{name}={value}" for name in _IDENTITY_HEADERS
                        for value in request.headers.getall(name, []))
@@ -146,7 +134,7 @@ async def allowed(state: "ProxyState", request: web.Request, index: str, plan: P
     if pushdown.refusal(plan.body, params, index) is not None:
         return False
     key = (index, _identity(request))
-    facts = await _cache(state).get(key, lambda: _check(state, request, index))
+    facts = await state.pushdown_facts.get(key, lambda: _check(state, request, index))
     if facts is None or not facts.complete:   # the usual answer: no clusters; decided at once
         return False
     settings = plan.settings
@@ -154,7 +142,7 @@ async def allowed(state: "ProxyState", request: web.Request, index: str, plan: P
 
 
 def forget(state: "ProxyState", request: web.Request, index: str) -> None:
-    _cache(state).forget((index, _identity(request)))
+    state.pushdown_facts.forget((index, _identity(request)))
 
 
 def upstream_request(plan: Plan, max_window: int) -> tuple[str, dict[str, Any], int]:
