@@ -390,18 +390,22 @@ def load_config(path: str | os.PathLike[str] | None = None,
         raise ConfigError("invalid configuration" + source + ":\n  " + "\n  ".join(lines)) from None
 
 
-def collapse_settings_for(config: CollapseConfig, index: str) -> tuple[bool, float, Mode]:
-    """(enabled, threshold, mode) for one index name, applying the first matching override.
-
-    Overrides are matched with shell-style patterns in the order they appear in the file.
-    """
+def matching_override(config: CollapseConfig, index: str) -> str | None:
+    """The ``[collapse.indices]`` pattern that applies to ``index``: the first one (in the
+    order of the file) whose shell-style pattern matches it, or None."""
     from fnmatch import fnmatchcase
 
+    return next((pattern for pattern in config.indices if fnmatchcase(index, pattern)), None)
+
+
+def collapse_settings_for(config: CollapseConfig, index: str) -> tuple[bool, float, Mode]:
+    """(enabled, threshold, mode) for one index name, applying the first matching override
+    (:func:`matching_override`)."""
     enabled, threshold, mode = config.enabled, config.threshold, config.mode
-    for pattern, override in config.indices.items():
-        if fnmatchcase(index, pattern):
-            enabled = override.enabled if override.enabled is not None else enabled
-            threshold = override.threshold if override.threshold is not None else threshold
-            mode = override.mode if override.mode is not None else mode
-            break
+    pattern = matching_override(config, index)
+    if pattern is not None:
+        override = config.indices[pattern]
+        enabled = override.enabled if override.enabled is not None else enabled
+        threshold = override.threshold if override.threshold is not None else threshold
+        mode = override.mode if override.mode is not None else mode
     return enabled, threshold, mode

@@ -31,13 +31,12 @@ a document's text as code; the page itself only ever writes document text with `
 
 from __future__ import annotations
 
-from fnmatch import fnmatchcase
 from importlib import resources
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
-from neardup.config import CollapseConfig, Config, collapse_settings_for
+from neardup.config import Config, collapse_settings_for, matching_override
 from proxy import errors, jsonio
 from proxy.params import MODES
 from proxy.searching import ROUTE
@@ -71,11 +70,6 @@ PAGE_REQUESTS = (("GET", "/_cat/indices"), ("GET", "/_mapping/field/{field}"), (
 
 def _static(name: str) -> bytes:
     return (resources.files("proxy") / "static" / name).read_bytes()
-
-
-def matching_override(config: CollapseConfig, index: str) -> str | None:
-    """The ``[collapse.indices]`` pattern that applies to ``index`` (the first match), if any."""
-    return next((pattern for pattern in config.indices if fnmatchcase(index, pattern)), None)
 
 
 def settings_for(config: Config, index: str) -> dict[str, Any]:
