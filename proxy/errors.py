@@ -10,10 +10,12 @@ the proxy produces, from a bad ``neardup_threshold`` to an unreachable upstream,
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
+from aiohttp.http_exceptions import (BadHttpMethod, BadStatusLine, ContentLengthError, HttpProcessingError,
+                                     InvalidHeader, InvalidURLError, LineTooLong, TransferEncodingError)
 
 from proxy import jsonio
 
@@ -65,6 +67,18 @@ def rejected(limit: int) -> ProxyError:
                       f"(proxy.max_in_flight = {limit}); retry later")
 
 
+#: aiohttp's C parser describes a problem in a few plain words ("Invalid header value char");
+#: its pure-Python parser (``AIOHTTP_NO_EXTENSIONS=1``, or no compiled extension) quotes the
+#: offending line or value, which may hold a credential. Only plain words are passed on.
+_PLAIN_WORDS = re.compile(r"[A-Za-z](?:[A-Za-z0-9 ,.()-]|(?<=[A-Za-z])'(?=[a-z])){0,100}")  # "can't", not "'GET …'"
+#: What to say instead, by the exception's class (the first that matches).
+_PROBLEM_BY_CLASS: tuple[tuple[type[BaseException], str], ...] = (
+    (BadHttpMethod, "invalid method"), (BadStatusLine, "bad request line"),
+    (InvalidURLError, "invalid URL"), (InvalidHeader, "invalid header"),
+    (ContentLengthError, "invalid Content-Length"), (TransferEncodingError, "invalid transfer encoding"),
+)
+
+
 def malformed_problem(exc: BaseException) -> str:
     """One line naming what is wrong with a request aiohttp could not parse, without the
     offending bytes (they may hold a credential): "Invalid header token", "Invalid method
@@ -73,7 +87,9 @@ def malformed_problem(exc: BaseException) -> str:
         return f"a request line or header is longer than {exc.args[1]} bytes"
     text = str(exc.message) if isinstance(exc, HttpProcessingError) and exc.message else ""
     first = text.strip().splitlines()[0].rstrip(": ") if text.strip() else ""
-    return first or type(exc).__name__
+    if first and _PLAIN_WORDS.fullmatch(first):
+        return first
+    return next((problem for kind, problem in _PROBLEM_BY_CLASS if isinstance(exc, kind)), type(exc).__name__)
 
 
 def malformed_request(status: int, exc: BaseException | None) -> ProxyError:

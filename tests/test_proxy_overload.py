@@ -24,9 +24,12 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from aiohttp.http_exceptions import BadHttpMessage, BadHttpMethod, BadStatusLine, InvalidHeader, InvalidURLError
 from pydantic import ValidationError
 
 from neardup.config import Config, ConfigError, load_config
+from proxy import errors
+from proxy.errors import malformed_problem
 from tests.faultproxy import _read_request, es_like_response
 from tests.test_proxy_server import ProxyProcess, get
 
@@ -338,3 +341,19 @@ def test_a_pipelined_request_whose_body_breaks_gets_its_own_400(upstream: Holdin
     finally:
         code, err = proxy.stop()
     assert code == 0 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("exc, problem", [
+    (BadStatusLine("GET /?api_key=SECRET HTTP/1.x"), "bad request line"),
+    (InvalidHeader(b"Basic SECRET\x01"), "invalid header"),
+    (InvalidURLError("/\x00SECRET"), "invalid URL"),
+    (BadHttpMethod("SECRET'"), "invalid method"),
+    (BadHttpMessage("Invalid value 'SECRET'"), "BadHttpMessage"),
+    (BadHttpMessage("Transfer-Encoding can't be present with Content-Length"),
+     "Transfer-Encoding can't be present with Content-Length"),
+])
+def test_the_pure_python_parsers_quoted_bytes_never_reach_the_answer(exc: BaseException, problem: str) -> None:
+    """aiohttp's pure-Python parser (``AIOHTTP_NO_EXTENSIONS=1``) quotes the offending line or
+    value in its message; only the C parser's plain descriptions are passed on."""
+    assert malformed_problem(exc) == problem
+    assert "SECRET" not in errors.malformed_request(400, exc).reason
