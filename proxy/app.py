@@ -29,6 +29,7 @@ from neardup.tfidf import tfidf_version_of
 from proxy import access, errors, jsonio, playground, searching, source_check
 from proxy import http as httpx
 from proxy.collapse import Algorithms
+from proxy.errors import error_response
 from proxy.fingerprints import default_algorithms
 from proxy.metrics import Metrics
 from proxy.params import parse_controls, resolve, split_query
@@ -77,12 +78,6 @@ class ProxyState:
 
 STATE: web.AppKey[ProxyState] = web.AppKey("neardup_state", ProxyState)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def error_response(error: errors.ProxyError, pretty: bool = False) -> web.Response:
-    return web.Response(status=error.status, body=jsonio.dumps(error.body(), pretty=pretty),
-                        headers={"Content-Type": errors.JSON_CONTENT_TYPE,
-                                 "X-elastic-product": "Elasticsearch"})
 
 
 _UPSTREAM_ERROR_KINDS = {
@@ -315,10 +310,10 @@ def create_app(config: Config, algorithms: Algorithms | None = None,
     logging.getLogger("aiohttp.server").addFilter(_QUIET)   # once: the same filter object
     app[STATE] = state
     ops_elsewhere = bool(config.proxy.ops_address)   # then create_ops_app serves them
-    app.router.add_get("/_neardup/health", ops_moved if ops_elsewhere else health, allow_head=True)
-    app.router.add_get("/_neardup/metrics", ops_moved if ops_elsewhere else metrics, allow_head=True)
+    app.router.add_get("/_neardup/health", ops_moved if ops_elsewhere else health, allow_head=True, **httpx.EXPECT)
+    app.router.add_get("/_neardup/metrics", ops_moved if ops_elsewhere else metrics, allow_head=True, **httpx.EXPECT)
     playground.register(app, config)
-    app.router.add_route("*", "/{tail:.*}", proxy_request)
+    app.router.add_route("*", "/{tail:.*}", proxy_request, **httpx.EXPECT)
 
     async def start(app: web.Application) -> None:
         await app[STATE].upstream.start()
@@ -344,7 +339,7 @@ def create_ops_app(main: web.Application) -> web.Application:
     the main application's state (upstream session, metrics), so start the main one first."""
     ops = web.Application(middlewares=[observe])
     ops[STATE] = main[STATE]
-    ops.router.add_get("/_neardup/health", health, allow_head=True)
-    ops.router.add_get("/_neardup/metrics", metrics, allow_head=True)
+    ops.router.add_get("/_neardup/health", health, allow_head=True, **httpx.EXPECT)
+    ops.router.add_get("/_neardup/metrics", metrics, allow_head=True, **httpx.EXPECT)
     playground.register_ops(ops, ops[STATE].config, proxy_request)
     return ops

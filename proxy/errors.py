@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from aiohttp import web
 from aiohttp.http_exceptions import (BadHttpMethod, BadStatusLine, ContentLengthError, HttpProcessingError,
                                      InvalidHeader, InvalidURLError, LineTooLong, TransferEncodingError)
 
@@ -118,3 +119,9 @@ def upstream_broken(detail: str) -> ProxyError:
 
 def internal(detail: str) -> ProxyError:
     return ProxyError(500, "neardup_proxy_exception", f"the proxy failed to handle the request: {detail}")
+
+
+def error_response(error: ProxyError, pretty: bool = False) -> web.Response:
+    """The HTTP answer carrying ``error`` in Elasticsearch's format (and its product header)."""
+    return web.Response(status=error.status, body=jsonio.dumps(error.body(), pretty=pretty),
+                        headers={"Content-Type": JSON_CONTENT_TYPE, "X-elastic-product": "Elasticsearch"})

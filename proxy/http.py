@@ -13,6 +13,8 @@ import re
 import zlib
 from typing import Iterable, Mapping
 
+from aiohttp import web
+
 from proxy import errors
 from proxy.params import is_control_header
 
@@ -123,3 +125,24 @@ def gunzip_response(data: bytes, content_encoding: str | None) -> bytes:
     if coding == "deflate":
         return zlib.decompress(data)
     return data
+
+
+async def expect_continue(request: web.BaseRequest) -> web.StreamResponse | None:
+    """The ``Expect`` header, as aiohttp's default handles it (``100-continue`` on HTTP/1.1 gets
+    the interim answer), except that any other expectation gets Elasticsearch's error format:
+    aiohttp runs this before the middleware, and its default answers a plain-text 417."""
+    expect = request.headers.get("Expect", "")
+    if request.version != (1, 1):
+        return None
+    if expect.lower() == "100-continue":
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0   # the body's answer has not started yet
+        return None
+    response = errors.error_response(errors.ProxyError(
+        417, "illegal_argument_exception", "unsupported Expect header: only 100-continue is accepted"))
+    response.force_close()   # the client may send the body anyway: do not read it as a request
+    return response
+
+
+#: Route options: every route of the proxy answers ``Expect`` with :func:`expect_continue`.
+EXPECT = {"expect_handler": expect_continue}

@@ -38,6 +38,7 @@ from aiohttp import web
 
 from neardup.config import Config, collapse_settings_for, matching_override
 from proxy import errors, jsonio
+from proxy import http as httpx
 from proxy.params import MODES
 from proxy.searching import ROUTE
 
@@ -94,9 +95,9 @@ def _not_found(app: web.Application, reason: str) -> None:
         request[ROUTE] = "playground"
         raise errors.ProxyError(404, "resource_not_found_exception", reason)
 
-    app.router.add_get("/_neardup", not_found, allow_head=True)
-    app.router.add_get(PAGE_PATH, not_found, allow_head=True)
-    app.router.add_get(ASSET_PREFIX + "{name:.*}", not_found, allow_head=True)
+    app.router.add_get("/_neardup", not_found, allow_head=True, **httpx.EXPECT)
+    app.router.add_get(PAGE_PATH, not_found, allow_head=True, **httpx.EXPECT)
+    app.router.add_get(ASSET_PREFIX + "{name:.*}", not_found, allow_head=True, **httpx.EXPECT)
 
 
 def register(app: web.Application, config: Config) -> None:
@@ -116,7 +117,7 @@ def register_ops(ops: web.Application, config: Config, forward: Handler) -> None
         return
     _serve(ops, config)
     for method, path in PAGE_REQUESTS:
-        ops.router.add_route(method, path, forward)
+        ops.router.add_route(method, path, forward, **httpx.EXPECT)
 
 
 def _serve(app: web.Application, config: Config) -> None:
@@ -145,6 +146,6 @@ def _serve(app: web.Application, config: Config) -> None:
         body, content_type = assets[name]
         return web.Response(body=body, headers={**SECURITY_HEADERS, "Content-Type": content_type})
 
-    app.router.add_get("/_neardup", redirect, allow_head=True)
-    app.router.add_get(PAGE_PATH, serve_page, allow_head=True)
-    app.router.add_get(ASSET_PREFIX + "{name:.*}", serve_asset, allow_head=True)
+    app.router.add_get("/_neardup", redirect, allow_head=True, **httpx.EXPECT)
+    app.router.add_get(PAGE_PATH, serve_page, allow_head=True, **httpx.EXPECT)
+    app.router.add_get(ASSET_PREFIX + "{name:.*}", serve_asset, allow_head=True, **httpx.EXPECT)

@@ -28,7 +28,8 @@ from aiohttp.web_protocol import RequestHandler
 from neardup.config import Config, split_host_port
 from neardup.upstream import UpstreamError, check_upstream, without_credentials
 from proxy import errors
-from proxy.app import create_app, create_ops_app, error_response
+from proxy.app import create_app, create_ops_app
+from proxy.errors import error_response
 
 log = logging.getLogger("neardup.proxy")
 

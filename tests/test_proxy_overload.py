@@ -357,3 +357,22 @@ def test_the_pure_python_parsers_quoted_bytes_never_reach_the_answer(exc: BaseEx
     value in its message; only the C parser's plain descriptions are passed on."""
     assert malformed_problem(exc) == problem
     assert "SECRET" not in errors.malformed_request(400, exc).reason
+
+
+def test_an_unknown_expectation_gets_an_elasticsearch_json_417(proxy_for_garbage: ProxyProcess) -> None:
+    """aiohttp answers ``Expect`` before any middleware runs; its default is a plain-text 417."""
+    status, headers, body = exchange(proxy_for_garbage.url, b"POST /x/_search HTTP/1.1\r\nHost: x\r\n"
+                                     b"Expect: foo\r\nContent-Length: 2\r\n\r\n{}")
+    assert status == 417
+    assert headers["content-type"].startswith("application/json")
+    cause = {"type": "illegal_argument_exception",
+             "reason": "unsupported Expect header: only 100-continue is accepted"}
+    assert json.loads(body) == {"error": {"root_cause": [cause], **cause}, "status": 417}
+
+
+def test_expect_100_continue_still_gets_the_interim_answer(proxy_for_garbage: ProxyProcess) -> None:
+    host, port = proxy_for_garbage.url.rsplit("/", 1)[-1].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"POST /x/_search HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n")
+        assert sock.recv(64).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
