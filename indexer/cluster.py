@@ -340,9 +340,15 @@ class Job:
 
 
 def put_cluster_meta(client: Elasticsearch, retrier: Retrier, indices: Sequence[str], root_mappings: dict[str, Any],
-                     value: Mapping[str, Any], properties: Mapping[str, Any] | None = None) -> None:
+                     value: Mapping[str, Any], properties: Mapping[str, Any] | None = None, *,
+                     require_acknowledged: bool = False) -> None:
     """Record ``value`` as ``_meta.neardup_clusters`` of every index (other ``_meta`` keys kept),
-    with the missing ``neardup`` sub-fields ``properties`` in the same put-mapping request."""
+    with the missing ``neardup`` sub-fields ``properties`` in the same put-mapping request.
+
+    ``require_acknowledged``: :class:`JobError` if Elasticsearch does not acknowledge the request
+    (not every node applied it within the timeout). The ``building`` state needs it: the seed
+    protocol (:mod:`indexer.cluster_seed`) relies on ``building`` being visible on every node
+    before the run's refresh."""
     for index in indices:
         current = dict(root_mappings.get(index, {}).get("_meta") or {})
         current[META_KEY] = dict(value)
@@ -350,13 +356,18 @@ def put_cluster_meta(client: Elasticsearch, retrier: Retrier, indices: Sequence[
         if properties:
             body["properties"] = {FIELD: {"properties": dict(properties)}}
         try:
-            retrier.call("recording the clusters in _meta", lambda: client.indices.put_mapping(index=index, **body))
+            response = retrier.call("recording the clusters in _meta",
+                                    lambda: client.indices.put_mapping(index=index, **body))
         except ApiError as exc:
             if not properties or exc.meta.status in (401, 403, 404):
                 raise
             kind, reason = error_type_and_reason(exc.body)
             raise JobError(f"Elasticsearch refused the neardup mapping for {index} ({kind}: {reason}); "
                            "nothing was changed") from None
+        if require_acknowledged and not response.body.get("acknowledged"):
+            raise JobError(f"Elasticsearch did not acknowledge recording `{value.get('state')}` in the _meta of "
+                           f"{index} (not every node applied it in time): the run is not started, since the "
+                           "indexer's cluster seeds rely on it; try again (a slow or unstable cluster?)")
         root_mappings.setdefault(index, {})["_meta"] = current
 
 
@@ -615,7 +626,8 @@ def run_cluster(config: Config, options: ClusterOptions, *, progress: Progress |
             # `building` before the refresh and the point in time: from here on the indexer writes
             # no cluster seeds, and withdraws those it wrote that this run may not see
             # (indexer.cluster_seed); the missing sub-fields go in the same request
-            put_cluster_meta(client, retrier, indices, plan.root_mappings, settings.meta("building"), plan.missing)
+            put_cluster_meta(client, retrier, indices, plan.root_mappings, settings.meta("building"), plan.missing,
+                             require_acknowledged=True)
         mapping_seconds = time.perf_counter() - mapping_started
         # Searches see only refreshed writes: without this, fingerprints written just before (by a
         # `neardup index` that has finished) could be read as missing, and their documents left

@@ -37,10 +37,11 @@ stand for "clustered" unless a cluster run saw the document. The rule:
   cluster run.
 * A full cluster run puts ``_meta.neardup_clusters`` (``state: building``) *before* its
   refresh and point in time (:func:`indexer.cluster.run_cluster`).
-* After every bulk request that wrote seeds is acknowledged, the writer reads the ``_meta``
+* After every bulk request that carried seeds is acknowledged, the writer reads the ``_meta``
   again (:meth:`Seeder.confirm`). If clusters are recorded by then, it withdraws the seeds of
   that request (:meth:`Seeder.withdraw`: a partial update setting both values to null,
-  conditional on the ``_seq_no`` its own write got), and writes no more seeds.
+  conditional on the ``_seq_no`` its own write got, sent with ``refresh=true`` so that a
+  seed some refresh made searchable meanwhile does not stay visible), and writes no more seeds.
 
 Why that is enough. Take a seeded write acknowledged at time *a*, and the ``_meta`` read that
 follows it at time *c > a*. If that read shows no clusters, the put-mapping of every cluster
@@ -51,8 +52,16 @@ holds the seeded document, which it clusters like any other, and writes where th
 its value. If the read shows clusters, a run may have opened its point in time before the
 write, so the seed is withdrawn: the document counts as new (no value), as without seeds.
 Withdrawing is always safe (at worst a document a run did see waits for the next
-``--incremental``), so it is done for every item of the request that holds the seed (also
-``noop`` answers: their value may come from a write whose attempt timed out and was retried).
+``--incremental``), so it is done for every item of the request that may hold the seed. A
+request whose attempt timed out on the client is sent again (:meth:`indexer.retry.Retrier.call`)
+although the first attempt may have been applied: a conditional update (``neardup index``)
+applied by then answers **409** (its ``if_seq_no`` is outdated), not ``noop``, and an item may
+also fail after an earlier attempt applied it. So the check after the acknowledgement covers
+every item sent with a seed that did not end in a success too (``uncertain`` of
+:meth:`Seeder.confirm`; in the writer, every item ever sent with a seed, also when a later
+resend carried none): if clusters are recorded, each is read again (real time) and withdrawn
+at the ``_seq_no`` read if it still holds exactly the seed. ``noop`` answers are covered as
+successes (their value may come from an attempt that timed out and was retried).
 If the conditional withdrawal conflicts, the document is read again (real time): if it still
 holds exactly the seed, it is withdrawn at the new ``_seq_no``; if it holds another value, a
 cluster run wrote it (so it saw the document) or another writer replaced it (and runs the same
@@ -229,10 +238,16 @@ class Seeder:
             raise
         return bool(body)
 
-    def confirm(self, written: Sequence[SeededWrite]) -> None:
+    def confirm(self, written: Sequence[SeededWrite], uncertain: Sequence[SeededWrite] = ()) -> None:
         """After a request that wrote ``written`` was acknowledged: withdraw the seeds if
-        clusters are recorded now (and write no more)."""
-        if not written:
+        clusters are recorded now (and write no more).
+
+        ``uncertain``: items of the request sent with a seed whose answer was not a success
+        (a 409 conflict, a failure), so that an earlier attempt of the request, timed out on
+        the client and retried, may have applied the seed (:func:`uncertain_write`; no
+        ``_seq_no`` known). If clusters are recorded they are read again and withdrawn where
+        they still hold exactly the seed."""
+        if not written and not uncertain:
             return
         if self.seeding and not self.clusters_recorded():
             return
@@ -241,6 +256,7 @@ class Seeder:
         self.seeding = False
         before = self.withdrawn
         self.withdraw(written)
+        self.withdraw(self._still_seeded(uncertain))
         log.info("withdrew the cluster seeds of %d documents of %s (clusters appeared meanwhile): they "
                  "wait for the next `neardup cluster`", self.withdrawn - before, self.plan.index)
 
@@ -255,8 +271,10 @@ class Seeder:
                 if item.routing is not None:
                     meta["routing"] = item.routing
                 operations += [{"update": meta}, {"doc": {FIELD: dict(WITHDRAWN)}}]
+            # refreshed (a rare path): a seed made searchable by a refresh since it was written
+            # must not stay visible until the next one
             response = self.retrier.call("withdrawing cluster seeds", lambda: self.client.bulk(
-                operations=operations, filter_path=_FILTER))
+                operations=operations, filter_path=_FILTER, refresh=True))
             items = response.body.get("items", [])
             if len(items) != len(pending):
                 raise RuntimeError(f"bulk answered {len(items)} items for {len(pending)} actions")
@@ -316,3 +334,9 @@ def seeded_write(index: str, doc_id: str, routing: str | None, answer: Mapping[s
         return None
     return SeededWrite(answer.get("_index", index), doc_id, routing, int(answer["_seq_no"]),
                        int(answer["_primary_term"]), seed)
+
+
+def uncertain_write(index: str, doc_id: str, routing: str | None, seed: dict[str, Any]) -> SeededWrite:
+    """A document sent with ``seed`` whose answer did not say the seed was written (409, failure):
+    for :meth:`Seeder.confirm` to read again (its ``_seq_no`` is not known: -1)."""
+    return SeededWrite(index, doc_id, routing, -1, -1, seed)

@@ -19,8 +19,9 @@ an outdated cluster id; ``neardup cluster --incremental`` places it again.
 These functions and ``neardup enrich`` write no cluster *seeds* (the values a singleton gets
 from ``neardup cluster``): they do not know the index the documents are bound for, nor whether
 it was ever clustered, nor always the ``_id``. ``neardup index`` and ``neardup load`` do, and
-seed while the index has never been clustered (:mod:`indexer.cluster_seed`; ``load`` passes
-the seed as ``extra`` to :meth:`EnrichedLine.render`).
+seed while the index has never been clustered (:mod:`indexer.cluster_seed`; ``load`` drops
+the ``cluster``/``bands`` a line brings in its own ``neardup`` object, always, and passes the
+seed, if any, as ``extra`` to :meth:`EnrichedLine.render`).
 
 :func:`enrich_line` is the byte-preserving form used by ``neardup enrich`` and ``neardup
 load``: when the line has no ``neardup`` key yet, the fingerprint is spliced in before the
@@ -116,15 +117,25 @@ class EnrichedLine:
     fingerprint: Fingerprint | None = None
     error: str = ""
 
-    def render(self, extra: Mapping[str, Any] | None = None) -> str:
+    def render(self, extra: Mapping[str, Any] | None = None, without: Sequence[str] = ()) -> str:
         """The line to write: with ``neardup`` (plus ``extra`` keys in it) if it has a fingerprint.
 
         Without an earlier ``neardup`` key the value is spliced in and every other byte is
-        kept; with one, the object is merged and the line serialised again.
+        kept; with one, the object is merged (its keys ``without`` dropped: ``neardup load``
+        drops the :data:`CLUSTER_KEYS` the line brings, which name clusters of another index)
+        and the line serialised again. A line without a fingerprint is kept as it came in,
+        but for the keys ``without`` of its ``neardup`` object (dropped, if it has any).
         """
-        if self.fingerprint is None or self.doc is None:
+        if self.doc is None:
+            return self.text
+        if self.fingerprint is None:
+            node = self.doc.get(FIELD)
+            if isinstance(node, Mapping) and any(key in node for key in without):
+                return compact_json({**self.doc, FIELD: {k: v for k, v in node.items() if k not in without}})
             return self.text
         value = merged_neardup(self.doc.get(FIELD), self.fingerprint)
+        for key in without:
+            value.pop(key, None)
         value.update(extra or {})
         if FIELD in self.doc:
             return compact_json({**self.doc, FIELD: value})

@@ -33,7 +33,9 @@ acknowledged the index's ``_meta`` is read again; if clusters appeared, the chun
 withdrawn (conditional on each document's new ``_seq_no``) and no more are written
 (:mod:`indexer.cluster_seed`). Once the index has clusters, documents are loaded without
 cluster values (a replaced document loses the values of its earlier version), and wait for
-the next ``neardup cluster``.
+the next ``neardup cluster``. The ``neardup.cluster``/``neardup.bands`` a line brings in its
+own ``neardup`` object (exported from another index, say) are always dropped: they name
+clusters of another index, so only the seed (or nothing) is loaded.
 """
 
 from __future__ import annotations
@@ -46,9 +48,10 @@ from elasticsearch import ApiError, Elasticsearch
 
 from fingerprint import FIELD, Fingerprint, Fingerprinter, FingerprintParams
 from indexer.cluster_docs import CLUSTER_MAPPING
-from indexer.cluster_seed import SeedPlan, Seeder, plan_mapping_with_seeds, seed_plan, seeded_write
+from indexer.cluster_seed import (SeededWrite, SeedPlan, Seeder, plan_mapping_with_seeds, seed_plan, seeded_write,
+                                  uncertain_write)
 from indexer.dedup import Match, RunIndex, best_match, candidate_search, candidates_from_hits
-from indexer.enrich import EnrichedLine
+from indexer.enrich import CLUSTER_KEYS, EnrichedLine
 from indexer.errors import JobError, error_type_and_reason
 from indexer.lines import Line, LineCounts, parse, read_lines
 from indexer.mapping import DUPLICATE_OF, plan_neardup_mapping, put_neardup_mapping, wanted_properties
@@ -221,7 +224,7 @@ class Loader:
         if self.seeder is not None and self.seeder.seeding:
             self._add_seeds(to_send, extras)
         for item, extra in zip(to_send, extras):
-            item.source = item.parsed.render(extra)
+            item.source = item.parsed.render(extra, without=CLUSTER_KEYS)
         self._send(to_send)
 
     def _add_seeds(self, items: Sequence[_Item], extras: list[dict[str, Any]]) -> None:
@@ -305,6 +308,7 @@ class Loader:
         """Bulk-index ``items``, retrying 429/5xx items with backoff; then, if they carried
         seeds, check that the index still has no clusters (or withdraw the seeds)."""
         written = []
+        uncertain: list[SeededWrite] = []
         while items:
             operations: list[Any] = []
             for item in items:
@@ -332,11 +336,13 @@ class Loader:
                 else:
                     self.result.failures.add(f"{status} {kind}: {reason}"[:300],
                                              f"line {item.number}" + (f" (id {item.id})" if item.id else ""))
+                    if item.seed is not None and item.id is not None:  # an earlier attempt may have applied it
+                        uncertain.append(uncertain_write(self.options.index, item.id, None, item.seed))
             if again:
                 self.retrier.wait(max(i.attempts for i in again) - 1)
             items = again
         if self.seeder is not None:
-            self.seeder.confirm([w for w in written if w is not None])
+            self.seeder.confirm([w for w in written if w is not None], uncertain)
 
 
 def format_load_summary(result: LoadResult, index: str) -> str:

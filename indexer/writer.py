@@ -26,7 +26,10 @@ Per item of the bulk answer:
 * anything else: failed, with Elasticsearch's error type and reason.
 
 If the whole bulk request is retried after a timeout although it was applied, its items
-come back as conflicts, are re-read and end as ``noop``: still correct.
+come back as conflicts, are re-read and end as ``noop``: still correct. An item sent with a
+seed that ends in a conflict or a failure may hold that seed (from the applied attempt): it is
+covered by the check after the acknowledgement like the seeds written
+(:meth:`~indexer.cluster_seed.Seeder.confirm`).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from typing import Any, Callable, Mapping, Sequence
 from elasticsearch import Elasticsearch
 
 from fingerprint import FIELD
-from indexer.cluster_seed import Seeder, seeded_write
+from indexer.cluster_seed import SeededWrite, Seeder, seeded_write, uncertain_write
 from indexer.errors import error_type_and_reason
 from indexer.retry import TRANSIENT_STATUSES, Retrier
 from indexer.stats import JobStats
@@ -65,6 +68,8 @@ class Pending:
     transient_failures: int = 0
     #: cluster seed written with the fingerprint (``cluster``, ``bands``), or None
     seed: dict[str, Any] | None = None
+    #: the seed this update was last sent with (kept when a resend carries none)
+    sent_seed: dict[str, Any] | None = None
 
     def action(self) -> dict[str, Any]:
         meta: dict[str, Any] = {"_index": self.index, "_id": self.id,
@@ -120,19 +125,36 @@ class BulkUpdater:
     def write(self, pending: list[Pending]) -> None:
         """Send the updates until each one is settled (updated, unchanged, deleted or failed)."""
         while pending:
-            seeding = self._seed(pending)
+            self._seed(pending)
             items = self._bulk(pending)
             conflicted: list[Pending] = []
             again: list[Pending] = []
             for item, answer in zip(pending, items):
                 self._settle(item, answer.get("update", {}), conflicted, again)
-            if seeding:
-                assert self.seeder is not None
-                self.seeder.confirm([w for w in (seeded_write(p.index, p.id, p.routing, a.get("update", {}), p.seed)
-                                                 for p, a in zip(pending, items) if p.seed) if w is not None])
+            if self.seeder is not None:
+                self._confirm(pending, items, again)
             if again:
                 self.retrier.wait(max(p.transient_failures for p in again) - 1)
             pending = again + self._reread(conflicted)
+
+    def _confirm(self, pending: Sequence[Pending], items: Sequence[Mapping[str, Any]], again: Sequence[Pending]) -> None:
+        """The check after the acknowledgement (:meth:`Seeder.confirm`): the seeds written, and
+        the items ever sent with a seed that did not succeed and are not sent again (a 409 or a
+        failure may follow an attempt that was applied, timed out on the client and was retried)."""
+        assert self.seeder is not None
+        resent = {id(p) for p in again}
+        written: list[SeededWrite] = []
+        uncertain: list[SeededWrite] = []
+        for item, answer in zip(pending, items):
+            if item.sent_seed is None:
+                continue
+            result = answer.get("update", {})
+            write = seeded_write(item.index, item.id, item.routing, result, item.seed) if item.seed else None
+            if write is not None:
+                written.append(write)
+            elif not 200 <= int(result.get("status", 0)) < 300 and id(item) not in resent:
+                uncertain.append(uncertain_write(item.index, item.id, item.routing, item.sent_seed))
+        self.seeder.confirm(written, uncertain)
 
     def _seed(self, pending: Sequence[Pending]) -> bool:
         """Give each update its seed while seeding (the last check found no clusters), else none."""
@@ -143,6 +165,9 @@ class BulkUpdater:
         missing = [p for p in pending if p.seed is None]
         for item, seed in zip(missing, self.seeder.values([(p.index, p.id, p.neardup) for p in missing])):
             item.seed = seed
+        for item in pending:
+            if item.seed is not None:
+                item.sent_seed = item.seed
         return True
 
     def _bulk(self, pending: Sequence[Pending]) -> list[dict[str, Any]]:

@@ -356,3 +356,234 @@ def test_seeds_taken_as_previous_ids_would_give_the_same_ids_only_if_every_docum
         partly = [k if rng.random() < 0.5 else None for k in keys]
         differs += assign_ids(keys, labels, partly) != want
     assert differs > 0
+
+
+class TimesOutOnce:
+    """The client, whose first bulk request applies only its first action (and ``before()`` runs
+    just before that), then times out on the client: :class:`Retrier` sends it again."""
+
+    def __init__(self, client: Elasticsearch, before: Callable[[], None]) -> None:
+        self._client = client
+        self._before = before
+        self.bulks = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def bulk(self, *, operations: list[Any], **kwargs: Any) -> Any:
+        self.bulks += 1
+        if self.bulks == 1:
+            self._before()
+            self._client.bulk(operations=operations[:2], **kwargs)
+            import elastic_transport
+            raise elastic_transport.ConnectionTimeout("timed out")
+        return self._client.bulk(operations=operations, **kwargs)
+
+
+@pytest.mark.es
+def test_a_seed_applied_by_an_attempt_that_timed_out_is_withdrawn_after_the_retry_conflicts(es, es_url, new_index):
+    """The first attempt writes x's seed after a cluster run opened its point in time, the client
+    times out, the retry answers 409 for x (already applied) and 200 for y, and the check finds
+    the clusters: x's seed must be withdrawn too (it was not, when only 2xx items were checked)."""
+    docs = stories(2)
+    index = new_index(docs)
+    es.indices.put_mapping(index=index, properties={FIELD: {"properties": {
+        "cluster": {"type": "keyword"}, "bands": {"type": "keyword"}}}})
+    x, y = docs[0]["id"], docs[1]["id"]
+
+    def cluster_run_starts() -> None:
+        put_clusters_meta(es, index)
+        es.indices.refresh(index=index)
+
+    client = TimesOutOnce(Elasticsearch(es_url), cluster_run_starts)
+    try:
+        retrier = Retrier(es_url, 3, base_delay=0.01, max_delay=0.02)
+        stats = JobStats()
+        seeder = Seeder(client, retrier, SeedPlan.for_target(index, THRESHOLD, PARAMS, [index]), 3,  # type: ignore[arg-type]
+                        stats.failures)
+        updater = BulkUpdater(client, retrier, fingerprint_function(FIELDS, FP), FIELDS, 3, stats, seeder)  # type: ignore[arg-type]
+        hits = {h["_id"]: h for h in read_hits(es, index)}
+        updater.write([updater.pending_from_hit(hits[x]), updater.pending_from_hit(hits[y])])
+    finally:
+        client._client.close()
+    assert client.bulks >= 2 and not seeder.seeding and stats.failed == 0
+    es.indices.refresh(index=index)
+    stored = values(es, index)
+    for doc_id in (x, y):
+        assert stored[doc_id]["v"] == FP.version
+        assert stored[doc_id].get("cluster") is None and stored[doc_id].get("bands") is None, doc_id
+    assert seeder.withdrawn == 2
+    assert es.count(index=index, query=missing_clusters_query())["count"] == len(docs)
+
+
+class Scripted:
+    """The client, whose bulk requests are answered by ``script`` (attempt number, operations,
+    real client) instead of sent as they are."""
+
+    def __init__(self, client: Elasticsearch, script: Callable[[int, list[Any], Elasticsearch, dict[str, Any]], Any]):
+        self._client = client
+        self._script = script
+        self.bulks = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def bulk(self, *, operations: list[Any], **kwargs: Any) -> Any:
+        self.bulks += 1
+        return self._script(self.bulks, operations, self._client, kwargs)
+
+
+@pytest.mark.es
+def test_a_seed_applied_by_a_timed_out_attempt_is_withdrawn_when_the_resend_carries_none(es, es_url, new_index):
+    """The first attempt applies x's seed and times out; the retry rejects x (429) and writes y;
+    the check finds clusters (seeding stops), and x is sent again without a seed: 409, re-read,
+    noop. x's seed must still be withdrawn (it was sent with one)."""
+    import elastic_transport
+
+    docs = stories(2)
+    index = new_index(docs)
+    es.indices.put_mapping(index=index, properties={FIELD: {"properties": {
+        "cluster": {"type": "keyword"}, "bands": {"type": "keyword"}}}})
+    x = docs[0]["id"]
+
+    def script(attempt: int, operations: list[Any], real: Elasticsearch, kwargs: dict[str, Any]) -> Any:
+        if attempt == 1:
+            put_clusters_meta(es, index)
+            es.indices.refresh(index=index)
+            real.bulk(operations=operations[:2], **kwargs)
+            raise elastic_transport.ConnectionTimeout("timed out")
+        if attempt == 2:  # x rejected, y written: the answer says 429 for x
+            response = real.bulk(operations=operations[2:], **kwargs)
+            response.body["items"].insert(0, {"update": {"status": 429, "error": {
+                "type": "es_rejected_execution_exception", "reason": "simulated"}}})
+            return response
+        return real.bulk(operations=operations, **kwargs)
+
+    client = Scripted(Elasticsearch(es_url), script)
+    try:
+        retrier = Retrier(es_url, 3, base_delay=0.01, max_delay=0.02)
+        stats = JobStats()
+        seeder = Seeder(client, retrier, SeedPlan.for_target(index, THRESHOLD, PARAMS, [index]), 3,  # type: ignore[arg-type]
+                        stats.failures)
+        updater = BulkUpdater(client, retrier, fingerprint_function(FIELDS, FP), FIELDS, 3, stats, seeder)  # type: ignore[arg-type]
+        hits = {h["_id"]: h for h in read_hits(es, index)}
+        updater.write([updater.pending_from_hit(hits[d["id"]]) for d in docs])
+    finally:
+        client._client.close()
+    assert client.bulks >= 3 and not seeder.seeding and stats.failed == 0
+    es.indices.refresh(index=index)
+    stored = values(es, index)
+    assert stored[x].get("cluster") is None and stored[x].get("bands") is None
+    assert es.count(index=index, query=missing_clusters_query())["count"] == len(docs)
+
+
+@pytest.mark.es
+@pytest.mark.parametrize("clustered", [True, False])
+def test_load_drops_the_cluster_values_a_line_brings(es, es_url, clustered):
+    """A line exported from another index holds that index's ``cluster``/``bands``: loaded, they
+    would make the document count as clustered (and fold it into an unrelated group)."""
+    docs = stories(3)[:3]
+    index = f"cluster-seed-{uuid.uuid4().hex[:8]}"
+    foreign = {"cluster": "s00", "bands": ["deadbeefdeadbeef"]}
+    lines = [dict(docs[0])]  # no neardup key: spliced in
+    extra = dict(docs[1])
+    extra[FIELD] = {**FP.fingerprint_fields([extra["title"], extra["body"]]).to_source(), **foreign, "keep": 1}
+    lines.append(extra)  # the same fingerprint as it gets here, with another index's values
+    other = dict(docs[2])
+    other[FIELD] = {**FP.fingerprint_fields(["something else entirely"]).to_source(), **foreign}
+    lines.append(other)  # another fingerprint
+    lines.append({"id": "no-text", "title": 7, FIELD: dict(foreign)})  # no text: no fingerprint
+    config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
+    client = make_client(config.upstream)
+    try:
+        options = LoadOptions(index=index, fields=tuple(FIELDS), seed_threshold=THRESHOLD)
+        if clustered:
+            Loader(client, Retrier(es_url, 3), FP, options, io.StringIO()).run(io.BytesIO(b""))
+            put_clusters_meta(es, index, "ready")
+        loader = Loader(client, Retrier(es_url, 3), FP, options, io.StringIO())
+        result = loader.run(io.BytesIO("".join(json.dumps(d) + "\n" for d in lines).encode()))
+        assert result.loaded == len(lines) and result.failures.total == 0
+    finally:
+        client.close()
+    try:
+        es.indices.refresh(index=index)
+        stored = values(es, index)
+        assert stored[docs[1]["id"]]["keep"] == 1
+        assert "cluster" not in stored["no-text"] and "bands" not in stored["no-text"]
+        for doc_id in (d["id"] for d in docs):
+            if clustered:
+                assert "cluster" not in stored[doc_id] and "bands" not in stored[doc_id], doc_id
+            else:  # its own seed
+                assert stored[doc_id]["cluster"] == doc_id and "deadbeefdeadbeef" not in stored[doc_id]["bands"]
+        if clustered:
+            assert es.count(index=index, query=missing_clusters_query())["count"] == len(lines)
+    finally:
+        es.options(ignore_status=404).indices.delete(index=index)
+
+
+@pytest.mark.es
+def test_the_cluster_job_fails_if_building_is_not_acknowledged(es, es_url, new_index, monkeypatch):
+    """The seed protocol relies on `building` being applied on every node before the refresh."""
+    from elastic_transport import ObjectApiResponse
+
+    from indexer.errors import JobError
+
+    index = new_index(stories(2))
+    real_make_client = cluster_module.make_client
+
+    class Indices:
+        def __init__(self, real: Any) -> None:
+            self._real = real
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._real, name)
+
+        def put_mapping(self, **kwargs: Any) -> Any:
+            response = self._real.put_mapping(**kwargs)
+            return ObjectApiResponse(body={"acknowledged": False}, meta=response.meta)
+
+    class Unacknowledged:
+        def __init__(self, real: Elasticsearch) -> None:
+            self._real = real
+            self.indices = Indices(real.indices)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._real, name)
+
+    monkeypatch.setattr(cluster_module, "make_client", lambda upstream: Unacknowledged(real_make_client(upstream)))
+    config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
+    with pytest.raises(JobError, match="did not acknowledge recording `building`"):
+        run_cluster(config, ClusterOptions(index=index, threshold=THRESHOLD, mode="memory"), progress=Progress())
+
+
+@pytest.mark.es
+def test_withdrawn_seeds_are_not_visible_to_searches_after_the_job(es, es_url, new_index):
+    """A refresh between the seeded write and its withdrawal makes the seed searchable: the
+    withdrawal is refreshed, so the proxy never sees it afterwards (no automatic refreshes here)."""
+    docs = stories(4)
+    index = new_index(docs)
+    es.indices.put_settings(index=index, settings={"index": {"refresh_interval": "-1"}})
+    es.indices.put_mapping(index=index, properties={FIELD: {"properties": {
+        "cluster": {"type": "keyword"}, "bands": {"type": "keyword"}}}})
+
+    def cluster_run_starts() -> None:
+        put_clusters_meta(es, index)
+        es.indices.refresh(index=index)  # the seeds are searchable now
+
+    config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
+    client = make_client(config.upstream)
+    try:
+        interposed = Interposed(client, cluster_run_starts)
+        retrier = Retrier(es_url, 3)
+        stats = JobStats()
+        seeder = Seeder(interposed, retrier, SeedPlan.for_target(index, THRESHOLD, PARAMS, [index]), 3,  # type: ignore[arg-type]
+                        stats.failures)
+        updater = BulkUpdater(interposed, retrier, fingerprint_function(FIELDS, FP), FIELDS, 3, stats,  # type: ignore[arg-type]
+                              seeder)
+        updater.write([updater.pending_from_hit(h) for h in read_hits(client, index)])
+    finally:
+        client.close()
+    assert seeder.withdrawn == len(docs) and stats.failed == 0
+    # no refresh here: what a search sees right after the job
+    assert es.count(index=index, query={"exists": {"field": f"{FIELD}.cluster"}})["count"] == 0
+    assert es.count(index=index, query=missing_clusters_query())["count"] == len(docs)
