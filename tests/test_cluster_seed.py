@@ -12,7 +12,7 @@ import io
 import itertools
 import json
 import uuid
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pytest
@@ -35,7 +35,7 @@ from indexer.job import fingerprint_function
 from neardup.config import load_config
 from neardup.corpora import reuters_documents
 from proxy.pushdown import missing_clusters_query
-from tests.plugins.corpora import run_neardup
+from tests.plugins.corpora import neardup_json
 from tests.test_cluster_es import copy_index
 
 PARAMS = FingerprintParams()
@@ -112,16 +112,25 @@ def new_index(es: Elasticsearch) -> Iterator[Callable[..., str]]:
         es.options(ignore_status=404).indices.delete(index=name)
 
 
-def neardup(es: Elasticsearch, es_url: str, *args: str) -> dict[str, Any]:
-    result = run_neardup([*args, "--json"], es_url)
-    assert result.returncode == 0, result.stderr.decode(errors="replace")
-    es.indices.refresh(index=args[args.index("--index") + 1])
-    return json.loads(result.stdout)
-
-
 def values(es: Elasticsearch, index: str) -> dict[str, dict[str, Any]]:
     return {hit["_id"]: hit["_source"].get(FIELD) or {}
             for hit in helpers.scan(es, index=index, _source=[FIELD], query={"query": {"match_all": {}}})}
+
+
+def index_with_cluster_fields(es: Elasticsearch, new_index: Callable[..., str], docs: list[dict[str, Any]]) -> str:
+    """A new index holding ``docs``, with ``neardup.cluster``/``bands`` mapped as the seeds need."""
+    index = new_index(docs)
+    es.indices.put_mapping(index=index, properties={FIELD: {"properties": {
+        "cluster": {"type": "keyword"}, "bands": {"type": "keyword"}}}})
+    return index
+
+
+def seeded_updater(client: Any, retrier: Retrier, index: str) -> tuple[Seeder, BulkUpdater, JobStats]:
+    """The indexer's bulk updater writing fingerprints and seeds of ``index`` through ``client``
+    (a real client, or one that interposes on its bulk requests)."""
+    stats = JobStats()
+    seeder = Seeder(client, retrier, SeedPlan.for_target(index, THRESHOLD, PARAMS, [index]), 3, stats.failures)
+    return seeder, BulkUpdater(client, retrier, fingerprint_function(FIELDS, FP), FIELDS, 3, stats, seeder), stats
 
 
 def put_clusters_meta(es: Elasticsearch, index: str, state: str = "building") -> None:
@@ -133,7 +142,7 @@ def put_clusters_meta(es: Elasticsearch, index: str, state: str = "building") ->
 def test_index_writes_seeds_and_the_first_run_writes_only_the_joining_members(es, es_url, new_index, mode):
     docs = stories(30)
     index = new_index(docs)
-    neardup(es, es_url, "index", "--index", index)
+    neardup_json(es, es_url, "index", "--index", index)
     seeded = values(es, index)
     mapping = es.indices.get_mapping(index=index)[index]["mappings"]["properties"][FIELD]["properties"]
     assert mapping["cluster"] == mapping["bands"] == {"type": "keyword"}
@@ -145,8 +154,8 @@ def test_index_writes_seeds_and_the_first_run_writes_only_the_joining_members(es
     plain = f"{index}-plain"
     try:
         copy_index(es, index, plain)  # fingerprints, but neither seeds nor cluster mapping
-        reference = neardup(es, es_url, "cluster", "--index", plain, "--threshold", str(THRESHOLD), "--mode", mode)
-        summary = neardup(es, es_url, "cluster", "--index", index, "--threshold", str(THRESHOLD), "--mode", mode)
+        reference = neardup_json(es, es_url, "cluster", "--index", plain, "--threshold", str(THRESHOLD), "--mode", mode)
+        summary = neardup_json(es, es_url, "cluster", "--index", index, "--threshold", str(THRESHOLD), "--mode", mode)
         want = {k: v["cluster"] for k, v in values(es, plain).items()}
         got = values(es, index)
         assert {k: v["cluster"] for k, v in got.items()} == want  # the same ids as without seeds
@@ -165,10 +174,10 @@ def test_index_writes_seeds_and_the_first_run_writes_only_the_joining_members(es
     # once clustered, a new document gets no seed: it is "new" until an incremental run places it
     es.index(index=index, id="late", document={"id": "late", "title": docs[5]["title"], "body": docs[5]["body"]},
              refresh=True)
-    neardup(es, es_url, "index", "--index", index)
+    neardup_json(es, es_url, "index", "--index", index)
     assert "cluster" not in values(es, index)["late"]
     assert es.count(index=index, query=missing_clusters_query())["count"] == 1
-    placed = neardup(es, es_url, "cluster", "--index", index, "--threshold", str(THRESHOLD), "--incremental")
+    placed = neardup_json(es, es_url, "cluster", "--index", index, "--threshold", str(THRESHOLD), "--incremental")
     assert placed["new_documents"] == 1 and values(es, index)["late"]["cluster"] == "s05"
 
 
@@ -179,16 +188,16 @@ def test_load_writes_seeds_only_while_the_index_has_no_clusters(es, es_url, new_
     source.write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
     index = f"cluster-seed-{uuid.uuid4().hex[:8]}"
     try:
-        loaded = neardup(es, es_url, "load", "--index", index, str(source))
+        loaded = neardup_json(es, es_url, "load", "--index", index, str(source))
         assert loaded["loaded"] == len(docs) and loaded["failed"] == 0
         seeded = values(es, index)
         assert all(v["cluster"] == k and v["bands"] for k, v in seeded.items())
-        summary = neardup(es, es_url, "cluster", "--index", index, "--threshold", str(THRESHOLD))
+        summary = neardup_json(es, es_url, "cluster", "--index", index, "--threshold", str(THRESHOLD))
         final = values(es, index)
         assert final["s01-copy"]["cluster"] == "s01"
         assert summary["updated"] == sum(1 for k, v in final.items() if v["cluster"] != k) >= 3
         # loaded again into the clustered index: replaced without cluster values
-        neardup(es, es_url, "load", "--index", index, str(source))
+        neardup_json(es, es_url, "load", "--index", index, str(source))
         assert es.count(index=index, query=missing_clusters_query())["count"] == len(docs)
     finally:
         es.options(ignore_status=404).indices.delete(index=index)
@@ -227,9 +236,7 @@ def read_hits(client: Elasticsearch, index: str) -> list[dict[str, Any]]:
 @pytest.mark.es
 def test_seeds_are_withdrawn_when_clusters_appear_between_the_check_and_the_acknowledgement(es, es_url, new_index):
     docs = stories(20)
-    index = new_index(docs)
-    es.indices.put_mapping(index=index, properties={FIELD: {"properties": {
-        "cluster": {"type": "keyword"}, "bands": {"type": "keyword"}}}})
+    index = index_with_cluster_fields(es, new_index, docs)
     config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
     client = make_client(config.upstream)
     first = [d["id"] for d in docs[:10]]
@@ -243,12 +250,7 @@ def test_seeds_are_withdrawn_when_clusters_appear_between_the_check_and_the_ackn
 
     try:
         interposed = Interposed(client, meanwhile)
-        retrier = Retrier(es_url, 3)
-        stats = JobStats()
-        plan = SeedPlan.for_target(index, THRESHOLD, PARAMS, [index])
-        seeder = Seeder(interposed, retrier, plan, 3, stats.failures)  # type: ignore[arg-type]
-        updater = BulkUpdater(interposed, retrier, fingerprint_function(FIELDS, FP), FIELDS, 3, stats,  # type: ignore[arg-type]
-                              seeder)
+        seeder, updater, stats = seeded_updater(interposed, Retrier(es_url, 3), index)
         hits = {h["_id"]: h for h in read_hits(client, index)}
         updater.write([updater.pending_from_hit(hits[i]) for i in first])
         assert not seeder.seeding and seeder.checks == 1
@@ -271,16 +273,11 @@ def test_seeds_are_withdrawn_when_clusters_appear_between_the_check_and_the_ackn
 @pytest.mark.es
 def test_a_seeded_request_acknowledged_before_the_clusters_appeared_keeps_its_seeds(es, es_url, new_index):
     docs = stories(8)
-    index = new_index(docs)
-    es.indices.put_mapping(index=index, properties={FIELD: {"properties": {
-        "cluster": {"type": "keyword"}, "bands": {"type": "keyword"}}}})
+    index = index_with_cluster_fields(es, new_index, docs)
     config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
     client = make_client(config.upstream)
     try:
-        retrier = Retrier(es_url, 3)
-        stats = JobStats()
-        seeder = Seeder(client, retrier, SeedPlan.for_target(index, THRESHOLD, PARAMS, [index]), 3, stats.failures)
-        updater = BulkUpdater(client, retrier, fingerprint_function(FIELDS, FP), FIELDS, 3, stats, seeder)
+        seeder, updater, stats = seeded_updater(client, Retrier(es_url, 3), index)
         hits = read_hits(client, index)
         updater.write([updater.pending_from_hit(h) for h in hits[:4]])
         assert seeder.seeding and seeder.checks == 1
@@ -320,7 +317,7 @@ def test_load_withdraws_its_seeds_when_clusters_appear_meanwhile(es, es_url):
 @pytest.mark.es
 def test_the_cluster_job_records_building_before_it_reads(es, es_url, new_index, monkeypatch):
     index = new_index(stories(6))
-    neardup(es, es_url, "index", "--index", index)
+    neardup_json(es, es_url, "index", "--index", index)
     seen: list[Any] = []
     read_table = cluster_module.Job.read_table
 
@@ -358,67 +355,9 @@ def test_seeds_taken_as_previous_ids_would_give_the_same_ids_only_if_every_docum
     assert differs > 0
 
 
-class TimesOutOnce:
-    """The client, whose first bulk request applies only its first action (and ``before()`` runs
-    just before that), then times out on the client: :class:`Retrier` sends it again."""
-
-    def __init__(self, client: Elasticsearch, before: Callable[[], None]) -> None:
-        self._client = client
-        self._before = before
-        self.bulks = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
-
-    def bulk(self, *, operations: list[Any], **kwargs: Any) -> Any:
-        self.bulks += 1
-        if self.bulks == 1:
-            self._before()
-            self._client.bulk(operations=operations[:2], **kwargs)
-            import elastic_transport
-            raise elastic_transport.ConnectionTimeout("timed out")
-        return self._client.bulk(operations=operations, **kwargs)
-
-
-@pytest.mark.es
-def test_a_seed_applied_by_an_attempt_that_timed_out_is_withdrawn_after_the_retry_conflicts(es, es_url, new_index):
-    """The first attempt writes x's seed after a cluster run opened its point in time, the client
-    times out, the retry answers 409 for x (already applied) and 200 for y, and the check finds
-    the clusters: x's seed must be withdrawn too (it was not, when only 2xx items were checked)."""
-    docs = stories(2)
-    index = new_index(docs)
-    es.indices.put_mapping(index=index, properties={FIELD: {"properties": {
-        "cluster": {"type": "keyword"}, "bands": {"type": "keyword"}}}})
-    x, y = docs[0]["id"], docs[1]["id"]
-
-    def cluster_run_starts() -> None:
-        put_clusters_meta(es, index)
-        es.indices.refresh(index=index)
-
-    client = TimesOutOnce(Elasticsearch(es_url), cluster_run_starts)
-    try:
-        retrier = Retrier(es_url, 3, base_delay=0.01, max_delay=0.02)
-        stats = JobStats()
-        seeder = Seeder(client, retrier, SeedPlan.for_target(index, THRESHOLD, PARAMS, [index]), 3,  # type: ignore[arg-type]
-                        stats.failures)
-        updater = BulkUpdater(client, retrier, fingerprint_function(FIELDS, FP), FIELDS, 3, stats, seeder)  # type: ignore[arg-type]
-        hits = {h["_id"]: h for h in read_hits(es, index)}
-        updater.write([updater.pending_from_hit(hits[x]), updater.pending_from_hit(hits[y])])
-    finally:
-        client._client.close()
-    assert client.bulks >= 2 and not seeder.seeding and stats.failed == 0
-    es.indices.refresh(index=index)
-    stored = values(es, index)
-    for doc_id in (x, y):
-        assert stored[doc_id]["v"] == FP.version
-        assert stored[doc_id].get("cluster") is None and stored[doc_id].get("bands") is None, doc_id
-    assert seeder.withdrawn == 2
-    assert es.count(index=index, query=missing_clusters_query())["count"] == len(docs)
-
-
 class Scripted:
     """The client, whose bulk requests are answered by ``script`` (attempt number, operations,
-    real client) instead of sent as they are."""
+    real client, keyword arguments) instead of sent as they are."""
 
     def __init__(self, client: Elasticsearch, script: Callable[[int, list[Any], Elasticsearch, dict[str, Any]], Any]):
         self._client = client
@@ -433,25 +372,69 @@ class Scripted:
         return self._script(self.bulks, operations, self._client, kwargs)
 
 
+def first_attempt_times_out(es: Elasticsearch, index: str, real: Elasticsearch, operations: list[Any],
+                            kwargs: dict[str, Any]) -> None:
+    """A cluster run starts (``building`` recorded, refresh), then the first action of the bulk
+    request is applied and the client times out: :class:`Retrier` sends the request again."""
+    import elastic_transport
+
+    put_clusters_meta(es, index)
+    es.indices.refresh(index=index)
+    real.bulk(operations=operations[:2], **kwargs)
+    raise elastic_transport.ConnectionTimeout("timed out")
+
+
+def write_seeded(client: Scripted, es: Elasticsearch, es_url: str, index: str,
+                 doc_ids: Sequence[str]) -> tuple[Seeder, JobStats]:
+    """Write the fingerprints (and seeds) of ``doc_ids`` through the indexer's bulk updater with
+    ``client``, then close it."""
+    try:
+        seeder, updater, stats = seeded_updater(client, Retrier(es_url, 3, base_delay=0.01, max_delay=0.02), index)
+        hits = {h["_id"]: h for h in read_hits(es, index)}
+        updater.write([updater.pending_from_hit(hits[doc_id]) for doc_id in doc_ids])
+    finally:
+        client._client.close()
+    return seeder, stats
+
+
+@pytest.mark.es
+def test_a_seed_applied_by_an_attempt_that_timed_out_is_withdrawn_after_the_retry_conflicts(es, es_url, new_index):
+    """The first attempt writes x's seed after a cluster run opened its point in time, the client
+    times out, the retry answers 409 for x (already applied) and 200 for y, and the check finds
+    the clusters: x's seed must be withdrawn too (it was not, when only 2xx items were checked)."""
+    docs = stories(2)
+    index = index_with_cluster_fields(es, new_index, docs)
+    x, y = docs[0]["id"], docs[1]["id"]
+
+    def script(attempt: int, operations: list[Any], real: Elasticsearch, kwargs: dict[str, Any]) -> Any:
+        if attempt == 1:
+            first_attempt_times_out(es, index, real, operations, kwargs)
+        return real.bulk(operations=operations, **kwargs)
+
+    client = Scripted(Elasticsearch(es_url), script)
+    seeder, stats = write_seeded(client, es, es_url, index, [x, y])
+    assert client.bulks >= 2 and not seeder.seeding and stats.failed == 0
+    es.indices.refresh(index=index)
+    stored = values(es, index)
+    for doc_id in (x, y):
+        assert stored[doc_id]["v"] == FP.version
+        assert stored[doc_id].get("cluster") is None and stored[doc_id].get("bands") is None, doc_id
+    assert seeder.withdrawn == 2
+    assert es.count(index=index, query=missing_clusters_query())["count"] == len(docs)
+
+
 @pytest.mark.es
 def test_a_seed_applied_by_a_timed_out_attempt_is_withdrawn_when_the_resend_carries_none(es, es_url, new_index):
     """The first attempt applies x's seed and times out; the retry rejects x (429) and writes y;
     the check finds clusters (seeding stops), and x is sent again without a seed: 409, re-read,
     noop. x's seed must still be withdrawn (it was sent with one)."""
-    import elastic_transport
-
     docs = stories(2)
-    index = new_index(docs)
-    es.indices.put_mapping(index=index, properties={FIELD: {"properties": {
-        "cluster": {"type": "keyword"}, "bands": {"type": "keyword"}}}})
+    index = index_with_cluster_fields(es, new_index, docs)
     x = docs[0]["id"]
 
     def script(attempt: int, operations: list[Any], real: Elasticsearch, kwargs: dict[str, Any]) -> Any:
         if attempt == 1:
-            put_clusters_meta(es, index)
-            es.indices.refresh(index=index)
-            real.bulk(operations=operations[:2], **kwargs)
-            raise elastic_transport.ConnectionTimeout("timed out")
+            first_attempt_times_out(es, index, real, operations, kwargs)
         if attempt == 2:  # x rejected, y written: the answer says 429 for x
             response = real.bulk(operations=operations[2:], **kwargs)
             response.body["items"].insert(0, {"update": {"status": 429, "error": {
@@ -460,16 +443,7 @@ def test_a_seed_applied_by_a_timed_out_attempt_is_withdrawn_when_the_resend_carr
         return real.bulk(operations=operations, **kwargs)
 
     client = Scripted(Elasticsearch(es_url), script)
-    try:
-        retrier = Retrier(es_url, 3, base_delay=0.01, max_delay=0.02)
-        stats = JobStats()
-        seeder = Seeder(client, retrier, SeedPlan.for_target(index, THRESHOLD, PARAMS, [index]), 3,  # type: ignore[arg-type]
-                        stats.failures)
-        updater = BulkUpdater(client, retrier, fingerprint_function(FIELDS, FP), FIELDS, 3, stats, seeder)  # type: ignore[arg-type]
-        hits = {h["_id"]: h for h in read_hits(es, index)}
-        updater.write([updater.pending_from_hit(hits[d["id"]]) for d in docs])
-    finally:
-        client._client.close()
+    seeder, stats = write_seeded(client, es, es_url, index, [d["id"] for d in docs])
     assert client.bulks >= 3 and not seeder.seeding and stats.failed == 0
     es.indices.refresh(index=index)
     stored = values(es, index)
@@ -561,10 +535,8 @@ def test_withdrawn_seeds_are_not_visible_to_searches_after_the_job(es, es_url, n
     """A refresh between the seeded write and its withdrawal makes the seed searchable: the
     withdrawal is refreshed, so the proxy never sees it afterwards (no automatic refreshes here)."""
     docs = stories(4)
-    index = new_index(docs)
+    index = index_with_cluster_fields(es, new_index, docs)
     es.indices.put_settings(index=index, settings={"index": {"refresh_interval": "-1"}})
-    es.indices.put_mapping(index=index, properties={FIELD: {"properties": {
-        "cluster": {"type": "keyword"}, "bands": {"type": "keyword"}}}})
 
     def cluster_run_starts() -> None:
         put_clusters_meta(es, index)
@@ -574,12 +546,7 @@ def test_withdrawn_seeds_are_not_visible_to_searches_after_the_job(es, es_url, n
     client = make_client(config.upstream)
     try:
         interposed = Interposed(client, cluster_run_starts)
-        retrier = Retrier(es_url, 3)
-        stats = JobStats()
-        seeder = Seeder(interposed, retrier, SeedPlan.for_target(index, THRESHOLD, PARAMS, [index]), 3,  # type: ignore[arg-type]
-                        stats.failures)
-        updater = BulkUpdater(interposed, retrier, fingerprint_function(FIELDS, FP), FIELDS, 3, stats,  # type: ignore[arg-type]
-                              seeder)
+        seeder, updater, stats = seeded_updater(interposed, Retrier(es_url, 3), index)
         updater.write([updater.pending_from_hit(h) for h in read_hits(client, index)])
     finally:
         client.close()

@@ -23,7 +23,7 @@ from fingerprint import Fingerprint, Fingerprinter, FingerprintParams, estimated
 from indexer.enrich import cleared_cluster_keys, enrich_line, merged_neardup
 from neardup.corpora import reuters_documents
 from proxy.pushdown import missing_clusters_query
-from tests.plugins.corpora import run_neardup
+from tests.plugins.corpora import neardup_json
 from tests.test_proxy_support import ProxyThread, make_config
 
 FP = Fingerprinter(FingerprintParams())
@@ -81,14 +81,6 @@ def small_index(es: Elasticsearch) -> Iterator[tuple[str, dict[str, dict[str, An
         es.options(ignore_status=404).indices.delete(index=name)
 
 
-def neardup(es: Elasticsearch, es_url: str, *args: str) -> dict[str, Any]:
-    """Run a ``neardup`` command, then refresh (``neardup index`` leaves that to the index)."""
-    result = run_neardup([*args, "--json"], es_url)
-    assert result.returncode == 0, result.stderr.decode(errors="replace")
-    es.indices.refresh(index=args[args.index("--index") + 1])
-    return json.loads(result.stdout)
-
-
 def values(es: Elasticsearch, index: str) -> dict[str, dict[str, Any]]:
     return {hit["_id"]: hit["_source"]["neardup"] for hit in helpers.scan(es, index=index, _source=["neardup"])}
 
@@ -103,8 +95,8 @@ def pushed_down(es_url: str, index: str) -> bool:
 @pytest.mark.es
 def test_reindexing_a_changed_document_clears_its_cluster_until_the_next_run(es, es_url, small_index):
     index, docs = small_index
-    neardup(es, es_url, "index", "--index", index)
-    neardup(es, es_url, "cluster", "--index", index, "--threshold", "0.8")
+    neardup_json(es, es_url, "index", "--index", index)
+    neardup_json(es, es_url, "cluster", "--index", index, "--threshold", "0.8")
     before = values(es, index)
     assert before["s00-copy"]["cluster"] == before["s00"]["cluster"] == "s00"
     assert es.count(index=index, query=missing_clusters_query())["count"] == 0
@@ -112,7 +104,7 @@ def test_reindexing_a_changed_document_clears_its_cluster_until_the_next_run(es,
 
     # the application rewrites the copy's text (a partial update: the old neardup values stay)
     es.update(index=index, id="s00-copy", doc={"body": docs["s05"]["body"] + " Revised."}, refresh=True)
-    summary = neardup(es, es_url, "index", "--index", index, "--force")
+    summary = neardup_json(es, es_url, "index", "--index", index, "--force")
     assert summary["failed"] == 0
     after = values(es, index)
     changed = after["s00-copy"]
@@ -124,7 +116,7 @@ def test_reindexing_a_changed_document_clears_its_cluster_until_the_next_run(es,
     assert es.count(index=index, query=missing_clusters_query())["count"] == 1
     assert not pushed_down(es_url, index)
 
-    placed = neardup(es, es_url, "cluster", "--index", index, "--threshold", "0.8", "--incremental")
+    placed = neardup_json(es, es_url, "cluster", "--index", index, "--threshold", "0.8", "--incremental")
     assert placed["new_documents"] == 1 and placed["failed"] == 0
     final = values(es, index)
     assert final["s00"]["cluster"] == "s00"

@@ -54,6 +54,15 @@ def run_neardup(args: Sequence[str], es_url: str, *, input: bytes | None = None,
                           timeout=timeout, env=neardup_env(es_url, **env_overrides), cwd=ROOT, check=False)
 
 
+def neardup_json(es: Elasticsearch, es_url: str, *args: str) -> dict[str, Any]:
+    """Run a ``neardup`` command with ``--json`` (it must succeed), refresh its ``--index``
+    (``neardup index`` leaves that to the index) and return the parsed summary."""
+    result = run_neardup([*args, "--json"], es_url)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    es.indices.refresh(index=args[args.index("--index") + 1])
+    return json.loads(result.stdout)
+
+
 def bulk_load(es: Elasticsearch, index: str, docs: Sequence[dict[str, Any]], id_field: str = "id",
               chunk_size: int = 2000) -> None:
     """Index ``docs`` as they are (``_id`` from ``id_field``), failing on any rejected item."""
