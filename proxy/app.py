@@ -32,7 +32,7 @@ from proxy.collapse import Algorithms
 from proxy.errors import error_response
 from proxy.fingerprints import default_algorithms
 from proxy.metrics import Metrics
-from proxy.params import parse_controls, resolve, split_query
+from proxy.params import parse_controls, resolve, split_query, wants_pretty
 from proxy.pushdown_search import FactsCache
 from proxy.routes import classify, index_of
 from proxy.searching import OUTCOME, ROUTE
@@ -123,7 +123,7 @@ def _shed(request: web.Request, state: ProxyState, limit: int) -> web.Response:
     request[ROUTE] = "rejected"
     request[OUTCOME] = "rejected"
     state.metrics.inc("neardup_proxy_rejected_total")
-    return error_response(errors.rejected(limit))
+    return _error(request, errors.rejected(limit))
 
 
 async def _handle(request: web.Request, handler: Handler, state: ProxyState,
@@ -139,25 +139,30 @@ async def _handle(request: web.Request, handler: Handler, state: ProxyState,
         if kind:
             state.metrics.inc("neardup_proxy_upstream_errors_total", kind=kind)
         request[OUTCOME] = request[OUTCOME] or exc.type
-        response = error_response(exc)
+        response = _error(request, exc)
     except aiohttp.http_exceptions.HttpProcessingError as exc:   # the body broke HTTP framing
-        response = error_response(errors.malformed_request(exc.code or 400, exc))
+        response = _error(request, errors.malformed_request(exc.code or 400, exc))
         response.force_close()   # the connection's bytes are out of step: nothing more on it
     except web.HTTPRequestEntityTooLarge:
-        response = error_response(errors.body_too_large(request.content_length,
-                                                        state.config.proxy.max_body_bytes))
+        response = _error(request, errors.body_too_large(request.content_length,
+                                                         state.config.proxy.max_body_bytes))
     except web.HTTPException as exc:  # aiohttp's own (e.g. a malformed request)
-        response = error_response(errors.ProxyError(exc.status, "neardup_http_exception", exc.reason))
+        response = _error(request, errors.ProxyError(exc.status, "neardup_http_exception", exc.reason))
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - a bug must not leak a traceback to the client
         log.exception("unhandled error on %s %s", request.method, request.path)
-        response = error_response(errors.internal(type(exc).__name__))
+        response = _error(request, errors.internal(type(exc).__name__))
     finally:
         state.metrics.in_flight -= 1
         if counted:
             state.admitted -= 1
     return response
+
+
+def _error(request: web.Request, error: errors.ProxyError) -> web.Response:
+    """``error`` in Elasticsearch's format, pretty-printed when the request asked (``?pretty``)."""
+    return error_response(error, pretty=wants_pretty(split_query(request.raw_path.partition("?")[2])))
 
 
 def _log_access(request: web.Request, response: web.StreamResponse, elapsed: float) -> None:

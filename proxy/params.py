@@ -109,6 +109,20 @@ def split_query(raw_query: str) -> list[tuple[str, str, str]]:
     return parts
 
 
+def is_true(value: str) -> bool:
+    """Elasticsearch's reading of a boolean parameter that is on: ``?flag`` or ``?flag=true``."""
+    return value == "" or value == "true"
+
+
+def wants_pretty(parts: list[tuple[str, str, str]]) -> bool:
+    """``pretty`` is on (the last one given wins, as in Elasticsearch)."""
+    pretty = False
+    for name, value, _ in parts:
+        if name == "pretty":
+            pretty = is_true(value)
+    return pretty
+
+
 def join_query(parts: list[tuple[str, str, str]]) -> str:
     return "&".join(raw for _, _, raw in parts)
 

@@ -101,13 +101,10 @@ def _check_headers(request: web.Request) -> list[tuple[str, str]]:
 async def _call(state: "ProxyState", method: str, path_qs: str, headers: list[tuple[str, str]],
                 body: bytes | None) -> Any:
     """The parsed JSON answer of one upstream call, or None when it is not a 200."""
-    response = await state.upstream.send(method, path_qs, headers, body)
-    status = response.status
-    raw = await state.upstream.read(response)
-    if status != 200:
+    reply = await state.upstream.exchange(method, path_qs, headers, body)
+    if reply.status != 200:
         return None
-    raw = httpx.gunzip_response(raw, response.headers.get("Content-Encoding"))
-    return jsonio.loads(raw)
+    return jsonio.loads(httpx.gunzip_response(reply.body, reply.headers.get("Content-Encoding")))
 
 
 async def _check(state: "ProxyState", request: web.Request, index: str) -> Facts | None:

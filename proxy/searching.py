@@ -17,7 +17,7 @@ from aiohttp import web
 
 from proxy import collapse, errors, filter_path, jsonio, pushdown_search, rawjson, similarity, source_check
 from proxy import http as httpx
-from proxy.params import Controls, Settings, has_invalid_escape, resolve, split_query
+from proxy.params import Controls, Settings, has_invalid_escape, resolve, split_query, wants_pretty
 from proxy.routes import index_of
 from proxy.search import Plan, Skip, Window, apply_filter, finish, plan_search, round_request
 
@@ -96,15 +96,14 @@ def _upstream_headers(request: web.Request, content_type: str) -> list[tuple[str
 async def _fetch(state: "ProxyState", incoming: Incoming, path_qs: str,
                  headers: list[tuple[str, str]], body: bytes) -> tuple[int, Any, bytes]:
     """(status, upstream headers, decoded body) of one upstream round."""
-    response = await state.upstream.send(incoming.request.method, path_qs, headers, body)
-    raw = await state.upstream.read(response)
+    reply = await state.upstream.exchange(incoming.request.method, path_qs, headers, body)
     try:
-        raw = httpx.gunzip_response(raw, response.headers.get("Content-Encoding"))
+        raw = httpx.gunzip_response(reply.body, reply.headers.get("Content-Encoding"))
     except (OSError, EOFError, ValueError) as exc:
         raise FailOpen(f"undecodable upstream body: {exc}") from None
-    if not httpx.is_json(response.headers.get("Content-Type")):
-        raise FailOpen(f"upstream answered {response.content_type}, not JSON")
-    return response.status, response.headers, raw
+    if not httpx.is_json(reply.headers.get("Content-Type")):
+        raise FailOpen(f"upstream answered {reply.content_type or 'no Content-Type'}, not JSON")
+    return reply.status, reply.headers, raw
 
 
 def _respond(incoming: Incoming, status: int, upstream_headers: Any, value: Any,
@@ -325,7 +324,7 @@ async def _collapse_many(state: "ProxyState", incoming: Incoming, items: list[It
     first: dict[str, Any] | None = None
     first_headers = None
     took = 0
-    pretty = any(name == "pretty" and value in ("", "true") for name, value, _ in params)
+    pretty = wants_pretty(params)
     while True:
         batch = [item for item in items if item.result is None and (item.original or item.pending)]
         if not batch:

@@ -157,10 +157,9 @@ async def fetch_source(state: "ProxyState", request: web.Request, raw_path: str,
     path = (f"/{raw_index}/_doc/{quote(doc_id, safe='')}"
             f"?_source_includes={quote(','.join(fields), safe=',')}")
     headers = _upstream_headers(request, "application/json")
-    response = await state.upstream.send("GET", path, headers)
-    raw = await state.upstream.read(response)
+    response = await state.upstream.exchange("GET", path, headers)
     try:
-        raw = httpx.gunzip_response(raw, response.headers.get("Content-Encoding"))
+        raw = httpx.gunzip_response(response.body, response.headers.get("Content-Encoding"))
         answer = jsonio.loads(raw)
     except (OSError, EOFError, ValueError):
         answer = None

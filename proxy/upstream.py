@@ -1,7 +1,10 @@
 """The upstream Elasticsearch nodes: one pooled client session per worker, round robin, timeouts.
 
 * One :class:`aiohttp.ClientSession` per worker process with a keep-alive ``TCPConnector``
-  of ``upstream.max_connections`` connections.
+  of ``upstream.max_connections`` connections, for requests that stream (:meth:`Upstream.send`:
+  pass-through of any body and answer); and for whole-body exchanges (:meth:`Upstream.exchange`:
+  the collapsed searches, which need the whole answer anyway) :mod:`proxy.http1`'s leaner
+  keep-alive connections, up to ``upstream.max_connections`` of them as well.
 * Requests go to the nodes in turn; a node that refuses the connection, or does not accept it
   within ``upstream.connect_timeout``, is skipped and the next one tried (the request was not
   sent, so this is safe for every method). A node that failed so is tried after the others
@@ -27,19 +30,32 @@ import asyncio
 import itertools
 import ssl
 import time
-from typing import Any, AsyncIterable, Mapping
+from typing import Any, AsyncIterable, Awaitable, Callable, Mapping, TypeVar
 
 import aiohttp
 from yarl import URL
 
 from neardup.config import UpstreamConfig
 from neardup.upstream import without_credentials
-from proxy import access, errors, jsonio
+from proxy import access, errors, http1, jsonio
 
 #: Headers aiohttp would add on its own; the proxy sends only what the client sent.
 _AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 
 Body = bytes | AsyncIterable[bytes] | None
+_T = TypeVar("_T")
+
+
+class _Unreachable(Exception):
+    """This node did not take the request (nothing was sent): try the next."""
+
+
+class _Broken(Exception):
+    """The connection broke before any answer: a read may be sent once more."""
+
+
+def _connect_timeout_message(seconds: float) -> str:
+    return f"no connection within {seconds:g} s (upstream.connect_timeout)"
 
 
 def ssl_context(config: UpstreamConfig) -> ssl.SSLContext | bool:
@@ -62,6 +78,7 @@ class Upstream:
         #: url -> (consecutive connection failures, monotonic time before which it goes last)
         self._down: dict[str, tuple[int, float]] = {}
         self._session: aiohttp.ClientSession | None = None
+        self._nodes: dict[str, http1.Node] = {}
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(
@@ -72,8 +89,14 @@ class Upstream:
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.config.connect_timeout,
                                           sock_read=self.config.request_timeout),
             cookie_jar=aiohttp.DummyCookieJar(), raise_for_status=False, trust_env=False)
+        slots = asyncio.Semaphore(self.config.max_connections)
+        self._nodes = {url: http1.Node(url, slots, self.config.connect_timeout,
+                                       self.config.request_timeout, ssl_context(self.config))
+                       for url in self.urls}
 
     async def close(self) -> None:
+        for node in self._nodes.values():
+            node.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -90,35 +113,67 @@ class Upstream:
 
         Raises :class:`~proxy.errors.ProxyError` 502/504 on connection failures and timeouts.
         """
-        order = [base_url] if base_url else self._round_robin()
-        replayable = body is None or isinstance(body, (bytes, bytearray))
-        resent = False
-        last_error = ""
-        attempt = 0
-        while attempt < len(order):
-            url = order[attempt]
-            attempt += 1
+        async def attempt(url: str) -> aiohttp.ClientResponse:
             try:
-                response = await self.session.request(
+                return await self.session.request(
                     method, URL(url + path_qs, encoded=True), headers=headers, data=body,
                     allow_redirects=False, compress=None, chunked=None)
             except aiohttp.ClientConnectorError as exc:
-                last_error = f"{url}: {exc.os_error.strerror or exc}" if exc.os_error else f"{url}: {exc}"
+                raise _Unreachable(exc.os_error.strerror or str(exc) if exc.os_error else str(exc)) from None
             except aiohttp.ConnectionTimeoutError:
-                last_error = f"{url}: no connection within {self.config.connect_timeout:g} s " \
-                             "(upstream.connect_timeout)"
+                raise _Unreachable(_connect_timeout_message(self.config.connect_timeout)) from None
             except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
                 raise errors.upstream_timeout(self.config.request_timeout) from None
             except aiohttp.ClientError as exc:
+                raise _Broken(f"{type(exc).__name__}: {exc}") from None
+
+        replayable = body is None or isinstance(body, (bytes, bytearray))
+        return await self._with_failover(method, path_qs, replayable, base_url, attempt)
+
+    async def exchange(self, method: str, path_qs: str, headers: list[tuple[str, str]],
+                       body: bytes | None = None) -> http1.Reply:
+        """One request whose body is in memory, and the whole answer: what :meth:`send` and
+        :meth:`read` do, with the same failover, 502 and 504, over :mod:`proxy.http1`'s leaner
+        connections (the search path's hot loop)."""
+        async def attempt(url: str) -> http1.Reply:
+            try:
+                return await self._nodes[url].exchange(method, path_qs, headers, body)
+            except http1.ConnectFailed as exc:
+                raise _Unreachable(str(exc)) from None
+            except http1.ReadTimeout:
+                raise errors.upstream_timeout(self.config.request_timeout) from None
+            except http1.Broken as exc:
+                if exc.answered:   # part of an answer came: like a body that breaks in read()
+                    raise errors.upstream_broken(str(exc)) from None
+                raise _Broken(str(exc)) from None
+
+        return await self._with_failover(method, path_qs, True, None, attempt)
+
+    async def _with_failover(self, method: str, path_qs: str, replayable: bool, base_url: str | None,
+                             attempt: Callable[[str], Awaitable[_T]]) -> _T:
+        """Try the nodes in turn (:meth:`_round_robin`) until one takes the request; resend a
+        read whose connection broke before any answer once (see the module docstring)."""
+        order = [base_url] if base_url else self._round_robin()
+        resent = False
+        last_error = ""
+        tried = 0
+        while tried < len(order):
+            url = order[tried]
+            tried += 1
+            try:
+                result = await attempt(url)
+            except _Unreachable as exc:
+                last_error = f"{url}: {exc}"
+            except _Broken as exc:
                 if resent or not replayable or not access.is_read(method, path_qs.partition("?")[0]):
-                    raise errors.upstream_broken(f"{type(exc).__name__}: {exc}") from None
+                    raise errors.upstream_broken(str(exc)) from None
                 resent = True
-                if attempt == len(order):
+                if tried == len(order):
                     order.append(url)
                 continue
             else:
                 self._down.pop(url, None)
-                return response
+                return result
             self._mark_down(url)
             if not replayable:
                 break
@@ -137,17 +192,6 @@ class Upstream:
     def _mark_down(self, url: str) -> None:
         failures = self._down.get(url, (0, 0.0))[0] + 1
         self._down[url] = (failures, time.monotonic() + min(30.0, 0.5 * 2 ** min(failures - 1, 6)))
-
-    async def read(self, response: aiohttp.ClientResponse) -> bytes:
-        """The whole body of a response, with timeouts and broken connections mapped to 504/502."""
-        try:
-            return await response.read()
-        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
-            raise errors.upstream_timeout(self.config.request_timeout) from None
-        except aiohttp.ClientError as exc:
-            raise errors.upstream_broken(f"{type(exc).__name__}: {exc}") from None
-        finally:
-            response.release()
 
     async def health(self, headers: Mapping[str, str]) -> list[dict[str, Any]]:
         """``GET /_cluster/health`` on every node (short timeout): reachability and cluster status."""

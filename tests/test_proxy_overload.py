@@ -135,7 +135,7 @@ def test_one_request_over_the_limit_gets_429_and_the_held_ones_complete(upstream
     proxy = ProxyProcess(upstream.url, NEARDUP_PROXY__MAX_IN_FLIGHT=str(LIMIT))
     try:
         with ThreadPoolExecutor(LIMIT + 1) as pool:
-            futures = [pool.submit(get, f"{proxy.url}/held-{k}/_doc/1", 60) for k in range(LIMIT + 1)]
+            futures = [pool.submit(get, f"{proxy.url}/held-{k}/_doc/1?pretty", 60) for k in range(LIMIT + 1)]
             # The limit's worth are held upstream; the one more came back at once with 429.
             upstream.wait_held(LIMIT)
             deadline = time.monotonic() + 30
@@ -149,6 +149,7 @@ def test_one_request_over_the_limit_gets_429_and_the_held_ones_complete(upstream
                       "(proxy.max_in_flight = 4); retry later")
             cause = {"type": "es_rejected_execution_exception", "reason": reason}
             assert json.loads(body) == {"error": {"root_cause": [cause], **cause}, "status": 429}
+            assert body.startswith(b'{\n  "error": {\n'), "?pretty is honoured on the 429 too"
 
             # Health and metrics are never shed, even at the limit.
             status, health = get(proxy.url + "/_neardup/health")
@@ -169,6 +170,11 @@ def test_one_request_over_the_limit_gets_429_and_the_held_ones_complete(upstream
         status, text = get(proxy.url + "/_neardup/metrics")
         assert b'neardup_proxy_requests_total{route="rejected",status="429"} 1' in text
         assert sum(1 for path in upstream.received if path.startswith("/held")) == LIMIT + 1
+        # The proxy's own errors are pretty-printed on request, compact otherwise.
+        status, body = get(proxy.url + "/i/_search?neardup_threshold=2&pretty")
+        assert status == 400 and body.startswith(b'{\n  "error": {\n') and b"neardup_threshold" in body
+        status, body = get(proxy.url + "/i/_search?neardup_threshold=2&pretty=false")
+        assert status == 400 and body.startswith(b'{"error":{')
     finally:
         code, err = proxy.stop()
     assert code == 0 and "Traceback" not in err

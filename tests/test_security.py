@@ -228,11 +228,15 @@ def test_tls_upstream_is_verified_by_default(tls_es: EsEndpoint) -> None:
     auth = {"Authorization": "Basic " + base64.b64encode(f"{tls_es.username}:{tls_es.password}".encode()).decode()}
     with ProxyThread(_tls_config(tls_es)) as proxy:          # no CA bundle: the system's CAs
         refused = fetch(proxy.url, "GET", "/_cluster/health", headers=auth)
+        # The collapsed search path (proxy/http1.py) verifies the same way.
+        refused_search = fetch(proxy.url, "POST", "/any/_search", headers=auth)
     with ProxyThread(_tls_config(tls_es, verify_certs=False)) as proxy:
         unverified = fetch(proxy.url, "GET", "/_cluster/health", headers=auth)
     assert refused.status == 502 and es_error_type(refused) == "neardup_upstream_unreachable_exception"
     assert b"CERTIFICATE_VERIFY_FAILED" in refused.body or b"certificate" in refused.body.lower()
     assert unverified.status == 200
+    assert refused_search.status == 502 and es_error_type(refused_search) == "neardup_upstream_unreachable_exception"
+    assert b"CERTIFICATE_VERIFY_FAILED" in refused_search.body
 
 
 # -- read-only mode and path allow-list, against the real Elasticsearch --------------------------

@@ -1,0 +1,376 @@
+"""A small HTTP/1.1 client for whole-body exchanges with the upstream: the search hot path.
+
+A collapsed search sends a body held in memory and needs the whole answer before it can group
+anything, so it does not need streaming, redirects, cookies, proxies or decompression. Over
+:class:`aiohttp.ClientSession` each such exchange costs ~0.15 ms of CPU (request and response
+objects, headers merging, tracing hooks, a stream reader) on this project's reference machine:
+about as much as the rest of an aiohttp proxy hop. Here one exchange is one ``write`` of the
+request and an :class:`asyncio.Protocol` that collects the answer (``bench/RESULTS.md``, "Proxy").
+
+What it does, as RFC 9112 asks of a client:
+
+* keep-alive connections per node, one request at a time on each (no pipelining); a semaphore
+  shared by the nodes bounds the exchanges at once, and so the open connections (more requests
+  wait for a free one);
+* responses framed by ``Transfer-Encoding: chunked`` (Elasticsearch's search answers; chunk
+  extensions and trailers are read and dropped), by ``Content-Length``, or by the end of the
+  connection; ``HEAD``, 1xx (skipped), 204 and 304 answers have no body;
+* a connection is reused only after a complete answer that did not ask to close it;
+* a read timeout: no bytes from the node for ``read_timeout`` seconds fails the exchange.
+
+Errors are exceptions of three kinds, which :mod:`proxy.upstream` maps to 502/504 and retries:
+:class:`ConnectFailed` (nothing was sent), :class:`ReadTimeout`, :class:`Broken` (the connection
+failed or the answer was malformed after the request was written; ``answered`` says whether any
+byte of an answer had arrived).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from multidict import CIMultiDict, CIMultiDictProxy
+
+_NO_BODY_STATUS = (204, 304)
+_MAX_HEAD = 64 * 1024   # status line and headers; aiohttp's client allows 8190 per line
+
+
+class ConnectFailed(Exception):
+    """No connection to the node (refused, unreachable, TLS failure, no answer to the SYN in time)."""
+
+
+class ReadTimeout(Exception):
+    """The node sent nothing for the read timeout."""
+
+
+class Broken(Exception):
+    """The connection broke, or the answer was not HTTP/1.1, after the request was written."""
+
+    def __init__(self, message: str, answered: bool) -> None:
+        super().__init__(message)
+        self.answered = answered
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A whole upstream answer."""
+
+    status: int
+    reason: str
+    headers: CIMultiDictProxy[str]
+    body: bytes
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection; :meth:`exchange` sends a request and waits for its answer."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, read_timeout: float) -> None:
+        self._loop = loop
+        self._read_timeout = read_timeout
+        self.transport: asyncio.Transport | None = None
+        self._waiter: asyncio.Future[Reply] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._buffer = bytearray()
+        self._head_request = False
+        self.reusable = False
+        self._reset_message()
+
+    # -- the parser's state for one answer -------------------------------------------------
+    def _reset_message(self) -> None:
+        self._status: int | None = None
+        self._reason = ""
+        self._headers: CIMultiDict[str] | None = None
+        self._length: int | None = None       # Content-Length, or None
+        self._chunked = False
+        self._until_close = False
+        self._keep_alive = True
+        self._chunks: list[bytes] = []
+        self._chunk_left = 0                  # bytes left in the current chunk (+2 for its CRLF)
+        self._in_trailers = False
+        self._answered = False
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.reusable = False
+        self._cancel_timer()
+        waiter, self._waiter = self._waiter, None
+        if waiter is None or waiter.done():
+            return
+        if self._until_close and self._headers is not None and exc is None:
+            self._finish(b"".join(self._chunks) + bytes(self._buffer), waiter)
+            return
+        reason = f"{type(exc).__name__}: {exc}" if exc else "the node closed the connection"
+        waiter.set_exception(Broken(reason, self._answered))
+
+    def data_received(self, data: bytes) -> None:
+        if self._waiter is None:      # bytes nobody asked for: the connection is not usable
+            self.reusable = False
+            if self.transport is not None:
+                self.transport.close()
+            return
+        self._answered = True
+        self._buffer += data
+        self._arm_timer()
+        try:
+            self._parse()
+        except _Malformed as exc:
+            waiter, self._waiter = self._waiter, None
+            if self.transport is not None:
+                self.transport.close()
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(Broken(f"malformed answer: {exc}", True))
+
+    def eof_received(self) -> bool | None:
+        return None   # close the transport; connection_lost finishes a close-delimited answer
+
+    # -- one exchange ----------------------------------------------------------------------
+    async def exchange(self, request: bytes, head_request: bool) -> Reply:
+        assert self.transport is not None and self._waiter is None
+        self.reusable = False
+        self._head_request = head_request
+        self._reset_message()
+        self._buffer.clear()
+        waiter = self._waiter = self._loop.create_future()
+        self.transport.write(request)
+        self._arm_timer()
+        try:
+            return await waiter
+        finally:
+            self._cancel_timer()
+            if self._waiter is waiter:          # cancelled or timed out: the answer may still come
+                self._waiter = None
+                self.close()
+
+    def close(self) -> None:
+        self.reusable = False
+        if self.transport is not None:
+            self.transport.close()
+
+    # -- timer -------------------------------------------------------------------------------
+    def _arm_timer(self) -> None:
+        self._cancel_timer()
+        self._timer = self._loop.call_later(self._read_timeout, self._timed_out)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _timed_out(self) -> None:
+        self._timer = None
+        waiter, self._waiter = self._waiter, None
+        self.close()
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(ReadTimeout())
+
+    # -- parsing -----------------------------------------------------------------------------
+    def _parse(self) -> None:
+        while self._headers is None:
+            if not self._parse_head():
+                return
+        waiter = self._waiter
+        assert waiter is not None
+        if self._chunked:
+            body = self._parse_chunks()
+            if body is not None:
+                self._finish(body, waiter)
+        elif self._length is not None:
+            if len(self._buffer) >= self._length:
+                if len(self._buffer) > self._length:
+                    raise _Malformed("more bytes than Content-Length")
+                self._finish(bytes(self._buffer), waiter)
+        # else: until close (connection_lost finishes it)
+
+    def _parse_head(self) -> bool:
+        end = self._buffer.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self._buffer) > _MAX_HEAD:
+                raise _Malformed("header section too long")
+            return False
+        head = bytes(self._buffer[:end]).decode("utf-8", "surrogateescape")   # as aiohttp's client
+        del self._buffer[:end + 4]
+        lines = head.split("\r\n")
+        version, _, rest = lines[0].partition(" ")
+        code, _, reason = rest.partition(" ")
+        if version not in ("HTTP/1.1", "HTTP/1.0") or len(code) != 3 or not code.isdigit():
+            raise _Malformed(f"status line {lines[0][:40]!r}")
+        status = int(code)
+        headers: CIMultiDict[str] = CIMultiDict()
+        for line in lines[1:]:
+            name, colon, value = line.partition(":")
+            if not colon or not name or name != name.strip() or line[:1] in " \t":
+                raise _Malformed("header line")
+            headers.add(name, value.strip(" \t"))
+        if 100 <= status < 200:          # interim answer (e.g. 100 Continue): the real one follows
+            return True
+        connection = headers.get("Connection", "").lower()
+        self._keep_alive = "close" not in connection and (version == "HTTP/1.1" or "keep-alive" in connection)
+        self._status, self._reason, self._headers = status, reason, headers
+        if self._head_request or status in _NO_BODY_STATUS:
+            self._length = 0
+        elif "chunked" in headers.get("Transfer-Encoding", "").lower():
+            self._chunked = True
+        elif "Content-Length" in headers:
+            values = set(headers.getall("Content-Length"))
+            text = values.pop()
+            if values or not text.isdigit():
+                raise _Malformed("Content-Length")
+            self._length = int(text)
+        else:
+            self._until_close = True
+            self._keep_alive = False
+        return True
+
+    def _parse_chunks(self) -> bytes | None:
+        buffer = self._buffer
+        position = 0
+        while True:
+            if self._in_trailers:
+                end = buffer.find(b"\r\n", position)
+                if end < 0:
+                    break
+                if end == position:                       # the empty line after the trailers
+                    if end + 2 != len(buffer):
+                        raise _Malformed("bytes after the last chunk")
+                    buffer.clear()
+                    return b"".join(self._chunks)
+                position = end + 2
+                continue
+            if self._chunk_left:
+                if len(buffer) - position < self._chunk_left:
+                    break
+                data_end = position + self._chunk_left - 2
+                if buffer[data_end:data_end + 2] != b"\r\n":
+                    raise _Malformed("chunk not followed by CRLF")
+                with memoryview(buffer) as view:   # one copy of the chunk, not two
+                    self._chunks.append(bytes(view[position:data_end]))
+                position = data_end + 2
+                self._chunk_left = 0
+                continue
+            end = buffer.find(b"\r\n", position)
+            if end < 0:
+                if len(buffer) - position > 1024:
+                    raise _Malformed("chunk size line too long")
+                break
+            size_text = bytes(buffer[position:end]).split(b";", 1)[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                raise _Malformed("chunk size") from None
+            if size < 0 or not size_text.isalnum():
+                raise _Malformed("chunk size")
+            position = end + 2
+            if size == 0:
+                self._in_trailers = True
+            else:
+                self._chunk_left = size + 2
+        del buffer[:position]
+        return None
+
+    def _finish(self, body: bytes, waiter: asyncio.Future[Reply]) -> None:
+        assert self._status is not None and self._headers is not None
+        reply = Reply(self._status, self._reason, CIMultiDictProxy(self._headers), body)
+        self.reusable = self._keep_alive and not self._until_close and self.transport is not None
+        self._waiter = None
+        self._cancel_timer()
+        waiter.set_result(reply)
+
+
+class _Malformed(Exception):
+    pass
+
+
+class Node:
+    """The pooled keep-alive connections to one upstream node (``http`` or ``https`` URL)."""
+
+    def __init__(self, url: str, slots: asyncio.Semaphore, connect_timeout: float, read_timeout: float,
+                 ssl_context: ssl.SSLContext | bool) -> None:
+        parts = urlsplit(url)
+        self.https = parts.scheme == "https"
+        self.host = parts.hostname or "localhost"
+        self.port = parts.port or (443 if self.https else 80)
+        default_port = 443 if self.https else 80
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self._host_line = (f"Host: {host}" + ("" if self.port == default_port else f":{self.port}") + "\r\n")
+        self._ssl = _client_ssl(ssl_context) if self.https else None
+        self._connect_timeout = connect_timeout
+        self._read_timeout = read_timeout
+        self._idle: list[_Connection] = []
+        self._slots = slots    # shared by the nodes of a pool: at most that many exchanges at once
+
+    async def exchange(self, method: str, path_qs: str, headers: list[tuple[str, str]],
+                       body: bytes | None) -> Reply:
+        """Send one request on an idle connection (or a new one) and return the whole answer."""
+        request = _request_bytes(method, path_qs, self._host_line, headers, body)
+        async with self._slots:
+            connection = self._idle_connection() or await self._connect()
+            reply = await connection.exchange(request, method == "HEAD")
+            if connection.reusable:
+                self._idle.append(connection)
+            else:
+                connection.close()
+            return reply
+
+    def close(self) -> None:
+        while self._idle:
+            self._idle.pop().close()
+
+    def _idle_connection(self) -> _Connection | None:
+        while self._idle:
+            connection = self._idle.pop()
+            if connection.transport is not None and not connection.transport.is_closing():
+                return connection
+        return None
+
+    async def _connect(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            _, connection = await asyncio.wait_for(loop.create_connection(
+                lambda: _Connection(loop, self._read_timeout), self.host, self.port,
+                ssl=self._ssl, server_hostname=self.host if self._ssl else None), self._connect_timeout)
+        except asyncio.TimeoutError:
+            raise ConnectFailed(f"no connection within {self._connect_timeout:g} s "
+                                "(upstream.connect_timeout)") from None
+        except (OSError, ssl.SSLError) as exc:
+            raise ConnectFailed(getattr(exc, "strerror", None) or str(exc) or type(exc).__name__) from None
+        return connection
+
+
+def _client_ssl(context: ssl.SSLContext | bool) -> ssl.SSLContext:
+    if isinstance(context, ssl.SSLContext):
+        return context
+    if context:
+        return ssl.create_default_context()
+    unverified = ssl.create_default_context()
+    unverified.check_hostname = False
+    unverified.verify_mode = ssl.CERT_NONE
+    return unverified
+
+
+def _request_bytes(method: str, path_qs: str, host_line: str, headers: list[tuple[str, str]],
+                   body: bytes | None) -> bytes:
+    """The request's head and body. Header names and values never hold CR or LF here (aiohttp's
+    server refuses such requests), but a value that did would start a header of its own: refuse."""
+    if not method.isalpha() or any(c in path_qs for c in " \r\n"):
+        raise ValueError("the request line holds a space or a line break")
+    lines = [f"{method} {path_qs} HTTP/1.1\r\n", host_line]
+    for name, value in headers:
+        if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
+            raise ValueError(f"header {name!r} holds a line break")
+        lines.append(f"{name}: {value}\r\n")
+    if body is not None and (body or method not in ("GET", "HEAD", "DELETE", "OPTIONS")):
+        lines.append(f"Content-Length: {len(body)}\r\n")
+    lines.append("\r\n")
+    # aiohttp's server reads header bytes as UTF-8 with surrogateescape: the same bytes go on
+    data = "".join(lines).encode("utf-8", "surrogateescape")
+    return data + body if body else data
