@@ -9,8 +9,9 @@ silence, garbage) is exercised exactly; the real Elasticsearch paths are in test
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from typing import Any, Callable, Coroutine
+from typing import Any, AsyncIterator, Callable, Coroutine
 
 import pytest
 
@@ -231,8 +232,15 @@ async def test_the_limit_queues_requests_instead_of_opening_more_connections() -
 
 
 # -- Upstream.exchange: failover, 502, 504 ----------------------------------------------------
-def upstream(*urls: str, read_timeout: float = 5.0) -> Upstream:
-    return Upstream(UpstreamConfig(urls=list(urls), request_timeout=read_timeout, connect_timeout=2.0))
+@contextlib.asynccontextmanager
+async def upstream(*urls: str, read_timeout: float = 5.0) -> AsyncIterator[Upstream]:
+    """A started :class:`Upstream` over ``urls``, closed afterwards."""
+    started = Upstream(UpstreamConfig(urls=list(urls), request_timeout=read_timeout, connect_timeout=2.0))
+    await started.start()
+    try:
+        yield started
+    finally:
+        await started.close()
 
 
 @asynchronous
@@ -240,21 +248,13 @@ async def test_exchange_skips_a_dead_node_and_reports_502_when_all_are_dead() ->
     async with ScriptedServer(lambda req, n: None) as dead:
         dead_url = dead.url
     async with ScriptedServer(lambda req, n: ok(b'{"ok":1}')) as live:
-        up = upstream(dead_url, live.url)
-        await up.start()
-        try:
+        async with upstream(dead_url, live.url) as up:
             for _ in range(3):
                 assert (await up.exchange("POST", "/i/_search", [], b"{}")).body == b'{"ok":1}'
-        finally:
-            await up.close()
-    up = upstream(dead_url)
-    await up.start()
-    try:
+    async with upstream(dead_url) as up:
         with pytest.raises(errors.ProxyError) as caught:
             await up.exchange("POST", "/i/_search", [], b"{}")
         assert caught.value.status == 502 and dead_url.split("//")[1] in caught.value.reason
-    finally:
-        await up.close()
 
 
 @asynchronous
@@ -268,9 +268,7 @@ async def test_a_read_whose_connection_breaks_before_any_answer_is_sent_once_mor
         return None if drop and drop.pop() else ok(b'{"second":1}')
 
     async with ScriptedServer(script) as server:
-        up = upstream(server.url)
-        await up.start()
-        try:
+        async with upstream(server.url) as up:
             reply = await up.exchange("POST", "/i/_search", [], b"{}")
             assert reply.body == b'{"second":1}' and len(calls) == 2
             calls.clear()
@@ -278,8 +276,6 @@ async def test_a_read_whose_connection_breaks_before_any_answer_is_sent_once_mor
             with pytest.raises(errors.ProxyError) as caught:   # a write is never sent twice
                 await up.exchange("POST", "/i/_doc/1", [], b"{}")
             assert caught.value.status == 502 and len(calls) == 1
-        finally:
-            await up.close()
 
 
 @asynchronous
@@ -291,24 +287,16 @@ async def test_a_connection_that_breaks_mid_answer_is_502_and_not_resent() -> No
         return b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"partial\""
 
     async with ScriptedServer(script, close_after=True) as server:
-        up = upstream(server.url)
-        await up.start()
-        try:
+        async with upstream(server.url) as up:
             with pytest.raises(errors.ProxyError) as caught:
                 await up.exchange("POST", "/i/_search", [], b"{}")
             assert caught.value.status == 502 and len(calls) == 1
-        finally:
-            await up.close()
 
 
 @asynchronous
 async def test_exchange_timeout_is_504() -> None:
     async with ScriptedServer(lambda req, n: b"HTTP/1.1 200 OK\r\n") as server:
-        up = upstream(server.url, read_timeout=0.3)
-        await up.start()
-        try:
+        async with upstream(server.url, read_timeout=0.3) as up:
             with pytest.raises(errors.ProxyError) as caught:
                 await up.exchange("POST", "/i/_search", [], b"{}")
             assert caught.value.status == 504
-        finally:
-            await up.close()
