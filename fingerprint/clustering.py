@@ -62,7 +62,7 @@ from typing import Callable, Mapping, Sequence, Set
 import numpy as np
 
 from fingerprint.lsh import Banding, needed_matches, round_rows
-from fingerprint.similarity import group_labels
+from fingerprint.similarity import group_labels, identical_rows
 
 #: Candidate pairs generated and verified at once (bounds memory: ~K·16 bytes per pair).
 CHUNK_PAIRS = 1 << 18
@@ -316,22 +316,21 @@ def merge_identical(signatures: np.ndarray, rows: np.ndarray, labels: np.ndarray
     """Join the rows with identical signatures (Ĵ = 1: linked at any threshold) without
     comparing them pairwise; returns the labels and how many rows joined another.
     ``link(members, firsts)`` (optional): which of the pairs (member, first row of its
-    signature) to join; by default all."""
-    full = Banding(signatures.shape[1], signatures.shape[1], 1).keys(signatures[rows])[:, 0]
-    order = np.argsort(full, kind="stable")
-    starts, sizes = _runs(full[order])
-    multi = sizes > 1
-    starts, sizes = starts[multi], sizes[multi]
-    if len(starts) == 0:
+    signature) to join; by default all. Rows are grouped by :func:`~fingerprint.similarity.identical_rows`
+    (checked against the rows; in the 2^-64 event of a key collision nothing is joined here and
+    the banding rounds link the copies instead)."""
+    group = identical_rows(signatures[rows])       # numbered in the order of their first row
+    _, first = np.unique(group, return_index=True)
+    firsts = rows[first[group]]
+    copy = rows != firsts
+    members, firsts = rows[copy], firsts[copy]
+    if link is not None and len(members):
+        joined = np.asarray(link(members, firsts), dtype=bool)
+        members, firsts = members[joined], firsts[joined]
+    if len(members) == 0:
         return labels, 0
-    members = rows[order[np.repeat(starts, sizes) + _ramp(sizes)]]
-    firsts = np.repeat(rows[order[starts]], sizes)
-    equal = np.all(signatures[members] == signatures[firsts], axis=1)  # rule out key collisions
-    equal &= members != firsts
-    if link is not None and equal.any():
-        equal[equal] = link(members[equal], firsts[equal])
-    merged = group_labels(len(labels), labels[members[equal]], labels[firsts[equal]])
-    return merged[labels], int(np.count_nonzero(equal))
+    merged = group_labels(len(labels), labels[members], labels[firsts])
+    return merged[labels], len(members)
 
 
 def cluster_signatures(signatures: np.ndarray, counts: np.ndarray, params: ClusterParams,

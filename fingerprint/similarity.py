@@ -13,19 +13,25 @@ estimate with standard deviation ``sqrt(J(1-J)/K)`` (≤ 0.055 for K = 84).
 ``Ĉ(A, B) = Ĵ (a + b) / ((1 + Ĵ) a)``, clipped to [0, 1]. The error of Ĵ is amplified by
 ``(a + b) / a``: containment of a small document in a much larger one is estimated coarsely.
 
-**All pairs** (:func:`similar_pairs`). Rows with identical signatures (copies of one
-document) are collapsed first and expanded again at the end, so N copies cost N, not N².
-Candidates come from band collisions: the K slots are cut into B bands, each band's
-values are combined into one 64-bit key, the B key columns are sorted (all in one call) and
-every pair of rows with equal keys in a column is emitted (cost proportional to the number
-of (pair, band) collisions, not to N²). For resemblance at threshold t a pair needs
-``m ≥ ⌈tK⌉`` equal slots, i.e. at most ``u = K - ⌈tK⌉`` unequal ones; an unequal slot spoils
-at most one band, so with ``B = u + 1`` bands at least one band is wholly equal
-(pigeonhole): at t = 0.8, 17 bands of 4–5 slots. The result is still exactly the set an
-all-pairs comparison of the estimates finds (a key collision only adds a candidate), while
-unrelated pairs that happen to share a single slot, common among search hits on one topic,
-no longer become candidates. Candidates are verified by comparing their full signatures.
-For containment every slot is its own band (any shared slot makes a candidate).
+**All pairs** (:func:`similar_pairs`). Candidates come from band collisions: for resemblance at
+threshold t a pair needs ``m ≥ ⌈tK⌉`` equal slots, i.e. at most ``u = K - ⌈tK⌉`` unequal ones;
+an unequal slot spoils at most one band, so among ``B = u + 1`` disjoint bands at least one is
+wholly equal (pigeonhole): at t = 0.8, 17 bands. For containment every slot is its own band
+(any shared slot makes a candidate). Each band's values are combined into one 64-bit key, the
+keys of each band are sorted, and every pair of rows with equal keys in a band is a candidate
+(cost proportional to the number of (pair, band) collisions, not to N²). Candidates are
+verified on the full signatures, so the result is exactly the set an all-pairs comparison of
+the estimates finds (a key collision only adds a candidate), while unrelated pairs that happen
+to share a single slot, common among search hits on one topic, do not become candidates.
+
+Two implementations give the same result. Up to :data:`SORT_LIMIT` rows (search windows),
+:func:`_pairs_by_sorting` does it in ~25 NumPy calls whatever the window holds (each call
+costs microseconds of fixed overhead, more inside a busy server process than the arithmetic
+on ~100 rows): bands of ⌊K/B⌋ slots, the row number stored in each key's low bits so that one
+plain sort replaces an argsort, runs of equal keys followed step by step, no per-copy work.
+Above it, and when runs of equal keys are very long (many copies of one document),
+:func:`_pairs_sharing_bands` collapses rows with identical signatures first and expands them
+again at the end, so N copies cost N, not N².
 
 Limit (containment): a pair is found only if its signatures share at least one slot,
 which happens with probability ``1 - (1 - J)^K``. A document A wholly contained in a much
@@ -133,7 +139,7 @@ def _slot_weights(k: int) -> np.ndarray:
     return (np.arange(1, 2 * k, 2, dtype=np.uint64) * np.uint64(GOLDEN)) | np.uint64(1)
 
 
-def _identical_rows(signatures: np.ndarray) -> np.ndarray:
+def identical_rows(signatures: np.ndarray) -> np.ndarray:
     """Group number of each row; rows with equal signatures share it (numbered 0 … G-1 in the
     order of their first row). Rows are keyed by a 64-bit combination of their values; the
     grouping is checked against the rows themselves and, in the (2^-64) event of a collision,
@@ -188,10 +194,6 @@ def similar_pairs(signatures: np.ndarray, counts: np.ndarray, threshold: float,
     never similar to anything). ``mode="resemblance"``: sim = Ĵ. ``mode="containment"``:
     sim = max(Ĉ(i in j), Ĉ(j in i)). Returns ``(i, j, sim)`` sorted by (i, j). See the module
     docstring for the method, its cost and the containment limit.
-
-    Identical signatures (copies of one document are common in search results) are
-    collapsed first: candidates are generated among distinct signatures only, then
-    expanded to every member pair, so N copies cost N, not N² per slot.
     """
     signatures = np.asarray(signatures)
     counts = np.asarray(counts)
@@ -204,53 +206,158 @@ def similar_pairs(signatures: np.ndarray, counts: np.ndarray, threshold: float,
         raise ValueError(f"mode = {mode!r}: must be 'resemblance' or 'containment'")
     if not (isinstance(threshold, (int, float)) and not isinstance(threshold, bool) and 0.0 <= threshold <= 1.0):
         raise ValueError(f"threshold = {threshold!r}: must be a number from 0 to 1")
-    empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64))
     rows = np.flatnonzero(counts > 0)
     if rows.size < 2 or k == 0:
-        return empty
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
     if mode == "resemblance":
         need = max(1, math.ceil(threshold * k - 1e-9))
         bands = k - need + 1
     else:
         need, bands = 1, k
 
-    if rows.size <= DIRECT_LIMIT:
-        lo, hi, sim = _all_pairs(signatures, rows, need)
+    if rows.size <= BROADCAST_LIMIT and bands == k:
+        found = _pairs_by_broadcast(signatures, rows, need)
     else:
+        found = _pairs_by_sorting(signatures, rows, need, bands) if rows.size <= SORT_LIMIT else None
+    if found is None:  # many rows, or runs of very many equal keys (copies): collapse copies first
         lo, hi, sim = _pairs_sharing_bands(signatures, rows, need, bands)
+        order = np.lexsort((hi, lo))
+        lo, hi, sim = lo[order], hi[order], sim[order]
+    else:
+        lo, hi, sim = found
     if mode == "containment":
-        ci = containment_from_resemblance(sim, counts[lo], counts[hi])
-        cj = containment_from_resemblance(sim, counts[hi], counts[lo])
-        sim = np.maximum(ci, cj)
+        sim = max_containment(sim, counts[lo], counts[hi])
         keep = sim >= threshold
         lo, hi, sim = lo[keep], hi[keep], sim[keep]
-    order = np.lexsort((hi, lo))
-    return lo[order], hi[order], np.asarray(sim[order], dtype=np.float64)
+    return lo, hi, np.asarray(sim, dtype=np.float64)
 
 
-#: Up to this many fingerprinted rows, comparing every pair directly is cheaper than the
-#: per-slot sorts (m(m-1)/2 × K comparisons: 170k for m = 64), and gives the same pairs.
-DIRECT_LIMIT = 64
+def max_containment(j: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``max(Ĉ(A, B), Ĉ(B, A))`` for resemblances ``j`` and shingle counts a, b > 0, elementwise:
+    the containment of the smaller set, ``Ĉ`` with ``min(a, b)`` as denominator. Bit for bit the
+    maximum of the two :func:`containment_from_resemblance` values (the numerators are equal and
+    rounding is monotone, so the smaller denominator gives the larger quotient), in one call."""
+    return containment_from_resemblance(j, np.minimum(a, b), np.maximum(a, b))
 
 
-def _all_pairs(signatures: np.ndarray, rows: np.ndarray, need: int
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every pair of ``rows`` with at least ``need`` equal slots: ``(lo, hi, Ĵ)``, lo < hi."""
-    k = signatures.shape[1]
-    a, b = np.triu_indices(rows.size, 1)
-    sig = signatures[rows]
-    equal = np.count_nonzero(sig[a] == sig[b], axis=1)
+#: Up to this many fingerprinted rows, when every slot is its own band (containment), all pairs
+#: are compared in one broadcast (:func:`_pairs_by_broadcast`: m²K slot comparisons, ~50k for
+#: the 13 hits of a ``size`` 10 window), cheaper there than enumerating the runs of shared slots.
+BROADCAST_LIMIT = 24
+#: Above this many fingerprinted rows, :func:`_pairs_sharing_bands` (which collapses copies
+#: first and needs no (bands × rows) sort with row numbers) is used.
+SORT_LIMIT = 4096
+#: :func:`_pairs_by_sorting` follows runs of equal keys one distance at a time while they are
+#: at most this long (resemblance bands of search hits: runs of 2), else enumerates them at once.
+STEP_RUNS = 4
+#: :func:`_pairs_by_sorting` gives up (returns None) above this many (pair, band) collisions
+#: per row and band: long runs of copies, which :func:`_pairs_sharing_bands` collapses first.
+COLLISIONS_PER_KEY = 8
+
+
+def _pairs_by_sorting(signatures: np.ndarray, rows: np.ndarray, need: int, bands: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Every pair of ``rows`` with at least ``need`` equal slots: ``(lo, hi, Ĵ)``, lo < hi, sorted
+    by (lo, hi), with few NumPy calls (~25 on a window of search hits), for up to
+    :data:`SORT_LIMIT` rows.
+
+    **Candidates** are the pairs wholly equal in one of ``bands`` disjoint bands of
+    ``w = ⌊K / bands⌋`` slots (the first ``bands × w`` slots; the pigeonhole argument of the
+    module docstring needs only disjoint bands, not that they cover every slot), each band's
+    values combined into one 64-bit key (a sum with distinct odd multipliers; a single slot is
+    its own key). The key's low ``b = bit_length(m - 1)`` bits are replaced by the row number,
+    so that one plain sort of the (bands × m) key matrix along its rows puts equal keys
+    (equal high bits) next to each other, rows ascending: each run of equal keys yields its
+    pairs as (earlier, later), and no argsort is needed. Dropping b bits only adds candidates.
+
+    **Verification.** The candidates (codes ``lo · m + hi``, deduplicated) are compared on all
+    K slots. When every slot is its own band (containment, or a threshold of at most 1/K), a
+    pair's number of band collisions is its number of equal slots, provided no two unequal
+    slot values share their high bits (checked; else the candidates are compared as above).
+
+    Returns None (the caller then uses :func:`_pairs_sharing_bands`) when the runs hold more
+    than ``COLLISIONS_PER_KEY × m × bands`` pairs (many copies of one document).
+    """
+    m, k = rows.size, signatures.shape[1]
+    sig = signatures if m == signatures.shape[0] else signatures[rows]
+    by_slot = np.ascontiguousarray(sig.T)                         # (K, m)
+    width = k // bands
+    if width == 1:
+        keys = by_slot[:bands]
+    else:
+        keys = np.einsum("bwm,w->bm", by_slot[:bands * width].reshape(bands, width, m), _slot_weights(width))
+    bits = np.uint64(max(1, (m - 1).bit_length()))
+    low = np.uint64((1 << int(bits)) - 1)
+    ranked = (keys & ~low) | np.arange(m, dtype=np.uint64)
+    ranked.sort(axis=1)
+    high = ranked >> bits
+    equal_next = high[:, 1:] == high[:, :-1]                      # (bands, m - 1)
+    if not equal_next.any():
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+    order = (ranked & low).astype(np.int64)                       # rows in key order
+    counted = bands == k
+    if counted:   # are the runs runs of equal slot values (no two values share high bits)?
+        values = keys.reshape(-1)[order + np.arange(0, bands * m, m)[:, None]]
+        counted = not (equal_next & (values[:, 1:] != values[:, :-1])).any()
+    codes = _step_run_codes(order, equal_next) if 2 * bands <= k else None
+    if codes is None:
+        flat = np.zeros((bands, m), dtype=bool)
+        flat[:, :-1] = equal_next
+        starts, lengths = _runs(flat.reshape(-1)[:-1])
+        if int((lengths * (lengths - 1)).sum()) > 2 * COLLISIONS_PER_KEY * m * bands:
+            return None
+        left, right = pairs_within_runs(starts, lengths)
+        ranked_rows = order.reshape(-1)
+        codes = ranked_rows[left] * m + ranked_rows[right]
+    if counted:
+        codes, equal = np.unique(codes, return_counts=True)
+        lo, hi = np.divmod(codes, m)
+    else:
+        lo, hi = np.divmod(np.unique(codes), m)
+        equal = np.count_nonzero(sig[lo] == sig[hi], axis=1)
     keep = equal >= need
-    return rows[a[keep]].astype(np.int64), rows[b[keep]].astype(np.int64), equal[keep] / k
+    return rows[lo[keep]], rows[hi[keep]], equal[keep] / k
+
+
+def _pairs_by_broadcast(signatures: np.ndarray, rows: np.ndarray, need: int
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every pair of ``rows`` with at least ``need`` equal slots, ``(lo, hi, Ĵ)`` sorted by
+    (lo, hi), from one (m, m, K) comparison: for a handful of rows."""
+    k = signatures.shape[1]
+    sig = signatures[rows]
+    equal = np.count_nonzero(sig[:, None, :] == sig[None, :, :], axis=2)
+    lo, hi = np.nonzero(np.triu(equal >= need, 1))    # row-major: sorted by (lo, hi)
+    return rows[lo], rows[hi], equal[lo, hi] / k
+
+
+def _step_run_codes(order: np.ndarray, equal_next: np.ndarray) -> np.ndarray | None:
+    """Codes ``lo · m + hi`` of the pairs inside runs of equal keys (rows ascending in a run),
+    one distance at a time: positions p and p + d of a band pair up when its keys p … p + d
+    are all equal. None when some run is longer than :data:`STEP_RUNS`."""
+    m = order.shape[1]
+    parts = []
+    run, d = equal_next, 1
+    while True:
+        parts.append(order[:, :-d][run] * m + order[:, d:][run])
+        d += 1
+        if d >= m:
+            break
+        run = run[:, :-1] & equal_next[:, d - 1:]
+        if not run.any():
+            break
+        if d >= STEP_RUNS:
+            return None
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _pairs_sharing_bands(signatures: np.ndarray, rows: np.ndarray, need: int, bands: int
                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Like :func:`_all_pairs`, at a cost proportional to the pairs that share one of
-    ``bands`` bands (see :func:`band_keys`)."""
+    """Every pair of ``rows`` with at least ``need`` equal slots: ``(lo, hi, Ĵ)``, lo < hi, in no
+    particular order, at a cost proportional to the pairs of distinct signatures that share one
+    of ``bands`` bands (see :func:`band_keys`); copies are collapsed first."""
     k = signatures.shape[1]
     # Distinct signatures among the non-empty rows; members of each, grouped.
-    group = _identical_rows(signatures[rows])
+    group = identical_rows(signatures[rows])
     groups = int(group.max()) + 1
     members = rows[np.argsort(group, kind="stable")]
     sizes = np.bincount(group, minlength=groups)

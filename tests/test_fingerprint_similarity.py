@@ -257,16 +257,21 @@ def test_similar_pairs_equals_brute_force_on_clustered_data(mode: str, threshold
 
 
 @pytest.mark.parametrize("mode", ["resemblance", "containment"])
-@pytest.mark.parametrize("size", [8, 30, 64, 65])
-def test_small_windows_compared_directly_give_the_same_pairs(mode: str, size: int) -> None:
-    """Both strategies (direct all-pairs up to DIRECT_LIMIT rows, per-band sorts above) agree."""
+@pytest.mark.parametrize("size", [8, 30, 64, 65, 300])
+def test_both_pair_searches_give_the_same_pairs(mode: str, size: int) -> None:
+    """Both strategies (sorted band keys with row numbers for windows, copies collapsed first
+    for large inputs and long runs) agree; tests/test_fingerprint_pairs.py compares them with an
+    all-pairs reference in depth."""
     from fingerprint import similarity
 
     signatures, counts = clustered_signatures(size, np.random.default_rng(size))
-    direct = similarity._all_pairs(signatures, np.flatnonzero(counts > 0), 1)
-    sorted_ = similarity._pairs_sharing_bands(signatures, np.flatnonzero(counts > 0), 1, K)
-    as_dict = lambda r: {(int(a), int(b)): float(s) for a, b, s in zip(*r)}  # noqa: E731
-    assert as_dict(direct) == as_dict(sorted_)
+    rows = np.flatnonzero(counts > 0)
+    for need, bands in ((1, K), (42, K - 42 + 1), (68, K - 68 + 1), (K, 1)):
+        sorted_ = similarity._pairs_by_sorting(signatures, rows, need, bands)
+        collapsed = similarity._pairs_sharing_bands(signatures, rows, need, bands)
+        as_dict = lambda r: {(int(a), int(b)): float(s) for a, b, s in zip(*r)}  # noqa: E731
+        assert sorted_ is not None and as_dict(sorted_) == as_dict(collapsed)
+        assert list(zip(sorted_[0].tolist(), sorted_[1].tolist())) == sorted(as_dict(collapsed))
     i, j, sim = similar_pairs(signatures, counts, 0.5, mode)
     assert list(zip(i.tolist(), j.tolist())) == sorted(brute_force(signatures, counts, 0.5, mode))
 
@@ -357,21 +362,22 @@ def test_banded_candidates_miss_no_pair_at_the_threshold(threshold: float) -> No
     rng = np.random.default_rng(int(threshold * 100))
     need = max(1, math.ceil(threshold * K - 1e-9))
     bands = K - need + 1
-    edges = (np.arange(bands + 1) * K) // bands
+    width = K // bands                                  # windows: bands of ⌊K/B⌋ slots from slot 0
+    edges = (np.arange(bands + 1) * K) // bands         # copies collapsed: bands cover all K slots
     base = rng.integers(0, 2**63, size=(40, K), dtype=np.uint64)
-    at_limit, beyond = base.copy(), base.copy()
-    spoiled = edges[:-1][: K - need]                    # one unequal slot in each of u bands
-    at_limit[:, spoiled] ^= np.uint64(1)
+    at_limit, beyond, at_limit_wide = base.copy(), base.copy(), base.copy()
+    at_limit[:, np.arange(K - need) * width] ^= np.uint64(1)   # one unequal slot in each of u bands
+    at_limit_wide[:, edges[:-1][: K - need]] ^= np.uint64(1)
     beyond[:, : K - need + 1] ^= np.uint64(1)          # one unequal slot too many
     noise = rng.integers(0, 2**63, size=(40, K), dtype=np.uint64)
-    signatures = np.concatenate((base, at_limit, beyond, noise))
-    counts = np.full(len(signatures), 100)
-    i, j, sim = similar_pairs(signatures, counts, threshold)
-    found = set(zip(i.tolist(), j.tolist()))
-    assert {(r, r + 40) for r in range(40)} <= found
-    assert not any((r, r + 80) in found for r in range(40))
-    rows = np.arange(len(signatures))
-    direct = similarity._all_pairs(signatures, rows, need)
-    assert found == set(zip(direct[0].tolist(), direct[1].tolist()))
-    assert dict(zip(zip(i.tolist(), j.tolist()), sim.tolist())) == pytest.approx(
-        dict(zip(zip(direct[0].tolist(), direct[1].tolist()), direct[2].tolist())))
+    for at_the_limit in (at_limit, at_limit_wide):
+        signatures = np.concatenate((base, at_the_limit, beyond, noise))
+        counts = np.full(len(signatures), 100)
+        rows = np.arange(len(signatures))
+        for found_by in (similar_pairs(signatures, counts, threshold),
+                         similarity._pairs_sharing_bands(signatures, rows, need, bands)):
+            i, j, sim = found_by
+            found = dict(zip(zip(i.tolist(), j.tolist()), sim.tolist()))
+            assert {(r, r + 40) for r in range(40)} <= set(found)
+            assert not any((r, r + 80) in found for r in range(40))
+            assert found == pytest.approx(brute_force(signatures, counts, threshold, "resemblance"))
