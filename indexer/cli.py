@@ -64,12 +64,26 @@ def _fields(args: argparse.Namespace, config: Config) -> tuple[str, ...]:
     return tuple(args.field) if args.field else tuple(config.indexer.fields)
 
 
-def _add_field_option(parser: argparse.ArgumentParser) -> None:
+def _add_field_option(parser: argparse.ArgumentParser, help: str | None = None) -> None:
     parser.add_argument(
         "--field", action="append", metavar="F",
-        help="text field to fingerprint; repeat for several, fingerprinted together in the given "
+        help=help or "text field to fingerprint; repeat for several, fingerprinted together in the given "
         "order (default: indexer.fields of the configuration, e.g. title and body). A dotted name "
         "reaches into objects; a list of strings counts as text.")
+
+
+def add_index_job_options(parser: argparse.ArgumentParser, verb: str, *, workers: str | None = None,
+                          pages: str = "documents per search page and bulk request",
+                          json_help: str = "print the summary as one JSON object") -> None:
+    """The options of the commands that work through a whole index (``index``, ``cluster``,
+    ``copies``): ``--index`` (required; help: "index, alias or pattern to ``verb``"),
+    ``--workers`` (only with ``workers``: what runs in parallel), ``--batch-size`` (``pages``:
+    what one batch is) and ``--json``. The defaults come from ``[indexer]`` of the configuration."""
+    parser.add_argument("--index", required=True, metavar="NAME", help=f"index, alias or pattern to {verb}")
+    if workers is not None:
+        parser.add_argument("--workers", type=_positive, metavar="N", help=f"{workers} (default: indexer.workers)")
+    parser.add_argument("--batch-size", type=_positive, metavar="N", help=f"{pages} (default: indexer.batch_size)")
+    parser.add_argument("--json", action="store_true", help=json_help)
 
 
 def _positive(text: str) -> int:
@@ -123,8 +137,8 @@ def _register_index(subparsers: argparse._SubParsersAction) -> None:
         "partial updates conditional on each document's _seq_no (a document changed meanwhile is "
         "re-read, one deleted meanwhile stays deleted). Documents that already carry the current "
         "scheme version are skipped, so a killed run is resumed by running it again.")
-    parser.add_argument("--index", required=True, metavar="NAME",
-                        help="index, alias or pattern to enrich")
+    add_index_job_options(parser, "enrich", workers="worker processes, one point-in-time slice each",
+                          json_help="print the summary as one JSON object instead of text")
     _add_field_option(parser)
     parser.add_argument("--since", metavar="EXPR",
                         help="only documents whose --since-field is >= EXPR: date math (now-1d, "
@@ -138,12 +152,6 @@ def _register_index(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--slice", metavar="I/N",
                         help="run only slice I of N (0 <= I < N) so that N hosts share one index; "
                         "run the same command with the same --workers on every host")
-    parser.add_argument("--workers", type=_positive, metavar="N",
-                        help="worker processes, one point-in-time slice each (default: indexer.workers)")
-    parser.add_argument("--batch-size", type=_positive, metavar="N",
-                        help="documents per search page and bulk request (default: indexer.batch_size)")
-    parser.add_argument("--json", action="store_true",
-                        help="print the summary as one JSON object instead of text")
     parser.set_defaults(handler=index_command)
 
 

@@ -53,13 +53,17 @@ run (put together with the missing ``neardup`` sub-fields, in one put-mapping re
 the run's refresh and point in time: from then on the indexer writes no seeds, and withdraws
 the seeds it wrote that this run may not have seen; see :mod:`indexer.cluster_seed`), ``ready``
 when every document holds its value (put after the final refresh, so that whoever reads
-``ready`` also finds the values searchable; the refresh is skipped when nothing was written).
+``ready`` also finds the values searchable; an incremental run skips it when nothing was written).
 The proxy collapses natively on ``neardup.cluster`` only when the state is ``ready``, the
-threshold and scheme match, and no document lacks a value.
+threshold and scheme match, and no document lacks a value. Before ``ready``, a full run
+withdraws the cluster values of documents changed after its reading that it cannot vouch for
+(seeds of an indexer worker that died before its check, say; :mod:`indexer.cluster_backstop`):
+they count as new, for the next ``--incremental``.
 """
 
 from __future__ import annotations
 
+import bisect
 import datetime
 import logging
 import sys
@@ -77,6 +81,7 @@ from fingerprint.lsh import Banding, choose_banding, key_strings
 from indexer.client import display_url, make_client
 from indexer.cluster_docs import (BANDS, CLUSTER, CLUSTER_MAPPING, SOURCE_FIELDS, DocTable, Planned, Stored,
                                   doc_key, split_key, stored_values)
+from indexer.cluster_backstop import Changed, Cut, take_cut, withdraw_unexamined
 from indexer.cluster_verify import cluster_table
 from indexer.errors import JobError, error_type_and_reason
 from indexer.mapping import plan_neardup_mapping, put_neardup_mapping
@@ -169,6 +174,7 @@ class ClusterResult:
     rounds: list[RoundStats] = field(default_factory=list)
     stats: JobStats = field(default_factory=JobStats)
     changed_meanwhile: int = 0       # fingerprint changed while clustering: left for the next run
+    withdrawn_unexamined: int = 0    # values written after the run read the document, withdrawn (cluster_backstop)
     new_documents: int = 0           # incremental: documents without a cluster
     joined: int = 0                  # incremental: of those, joined an existing cluster
     merged: int = 0                  # incremental: existing clusters merged into another
@@ -186,6 +192,7 @@ class ClusterResult:
             "rounds": [vars(r) for r in self.rounds], "updated": self.stats.updated,
             "unchanged": self.stats.unchanged, "conflicts_retried": self.stats.conflicts_retried,
             "deleted_meanwhile": self.stats.deleted_meanwhile, "changed_meanwhile": self.changed_meanwhile,
+            "withdrawn_unexamined": self.withdrawn_unexamined,
             "failed": self.stats.failed, "failures": self.stats.failures.counts,
             "new_documents": self.new_documents, "joined": self.joined, "merged": self.merged,
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()}, "report": self.report,
@@ -220,6 +227,8 @@ def format_result(result: ClusterResult) -> str:
         f"  conflicts retried  {stats.conflicts_retried}",
         f"  changed meanwhile  {result.changed_meanwhile}  (fingerprint changed: placed by the next run)",
         f"  deleted meanwhile  {stats.deleted_meanwhile}",
+        f"  withdrawn          {result.withdrawn_unexamined}  (values written after the run read the document: "
+        "placed by the next --incremental)",
         f"  failed             {stats.failed}",
     ]
     for reason, count in sorted(stats.failures.counts.items(), key=lambda kv: -kv[1]):
@@ -248,6 +257,13 @@ class Job:
     progress: Progress
     #: no index had clusters in its ``_meta`` when the run started: stored values are seeds
     first_run: bool = False
+    #: full runs: per shard, the ``_seq_no`` up to which the run's reading saw every write
+    #: (:mod:`indexer.cluster_backstop`)
+    cut: Cut | None = None
+    #: memory strategy: what the run read and computed for every document
+    computed: "Computed | None" = None
+    #: aggregate strategy, last pass: (index, _id) -> (``_seq_no`` read, written, primary term)
+    own_writes: dict[tuple[str, str], tuple[int, int, int]] | None = None
 
     @property
     def num_perm(self) -> int:
@@ -262,6 +278,23 @@ class Job:
 
     def key(self, index: str, doc_id: str) -> str:
         return doc_key(index, doc_id, self.settings.with_index)
+
+    def vouches(self, doc: Changed, checkpoint: int) -> bool:
+        """Whether the cluster values ``doc`` holds (changed after the shard's ``checkpoint``)
+        are the run's own, computed from its current fingerprint (:mod:`indexer.cluster_backstop`)."""
+        if self.computed is not None:
+            return self.computed.holds(self.key(doc.index, doc.id), doc.stored)
+        if self.own_writes is not None:
+            written = self.own_writes.get((doc.index, doc.id))
+            return (written is not None and written[0] <= checkpoint
+                    and (written[1], written[2]) == (doc.seq_no, doc.primary_term))
+        return False
+
+    def take_cut(self) -> None:
+        """Record the shards' checkpoints (before the refresh the reading rests on)."""
+        started = time.perf_counter()
+        self.cut = take_cut(self.client, self.retrier, self.options.index)
+        self.timed("backstop", started)
 
     def split(self, key: str) -> tuple[str, str]:
         return split_key(key, None if self.settings.with_index else self.indices[0])
@@ -316,7 +349,7 @@ class Job:
         updater = ClusterUpdater(self.client, self.retrier, _unused_fingerprint_source, SOURCE_FIELDS,
                                  self.config.indexer.max_retries, self.result.stats,
                                  plan={(p.index, p.id): want for p, want in planned},
-                                 with_index=self.settings.with_index)
+                                 with_index=self.settings.with_index, own_writes=self.own_writes)
         for start in range(0, len(planned), self.options.batch_size):
             updater.write([p for p, _ in planned[start:start + self.options.batch_size]])
             self.progress.tick(self.result.stats)
@@ -383,14 +416,22 @@ class ClusterUpdater(BulkUpdater):
     plan: dict[tuple[str, str], Planned] = field(default_factory=dict)
     with_index: bool = False
     changed_meanwhile: int = 0
+    #: when given, each acknowledged write: (index, _id) -> (``_seq_no`` read, written, primary term)
+    own_writes: dict[tuple[str, str], tuple[int, int, int]] | None = None
+
+    def _settle(self, item: Pending, answer: Mapping[str, Any], conflicted: list[Pending],
+                again: list[Pending]) -> None:
+        if self.own_writes is not None and 200 <= int(answer.get("status", 0)) < 300 and "_seq_no" in answer:
+            self.own_writes[(item.index, item.id)] = (item.seq_no, int(answer["_seq_no"]),
+                                                      int(answer["_primary_term"]))
+        super()._settle(item, answer, conflicted, again)
 
     def pending_from_hit(self, hit: Mapping[str, Any], **counters: int) -> Pending | None:
         want = self.plan.get((hit["_index"], hit["_id"]))
         if want is None or stored_values(hit.get("_source")).token != want.token:
             self.changed_meanwhile += 1
             return None
-        return Pending(hit["_index"], hit["_id"], hit.get("_routing"), hit["_seq_no"], hit["_primary_term"],
-                       want.partial(), **counters)
+        return Pending.of(hit, want.partial(), **counters)
 
 
 def pending_for(table: DocTable, row: int, want: Planned) -> tuple[Pending, Planned]:
@@ -483,6 +524,26 @@ def pair_keys(sample: PairSample, keys: Sequence[str]) -> list[tuple[str, str, f
     return [(keys[i], keys[j], float(s)) for i, j, s in zip(sample.i.tolist(), sample.j.tolist(), sample.sim.tolist())]
 
 
+@dataclass
+class Computed:
+    """What the memory strategy read (``stored``) and computed (``ids``, ``bands``) for each
+    document, by key: ``keys`` are sorted, so a key is looked up by bisection (no index built:
+    these lists exist anyway)."""
+
+    keys: Sequence[str]
+    stored: Sequence[Stored]
+    ids: Sequence[str]
+    bands: Sequence[tuple[str, ...]]
+
+    def holds(self, key: str, stored: Stored) -> bool:
+        """Whether ``stored`` is the fingerprint the run read for ``key`` with the values it computed."""
+        row = bisect.bisect_left(self.keys, key)
+        if row == len(self.keys) or self.keys[row] != key:
+            return False
+        return (self.stored[row].token == stored.token and self.ids[row] == stored.cluster
+                and self.bands[row] == (stored.bands or ()))
+
+
 def run_memory(job: Job) -> ReportInput:
     table = job.read_table({"match_all": {}})
     keys = table.keys(job.settings.with_index)
@@ -500,6 +561,7 @@ def run_memory(job: Job) -> ReportInput:
     add_rounds(job.result, clustering)
     describe_clusters(job.result, ids)
     planned = []
+    job.computed = Computed(keys, table.stored, ids, bands)
     for row, (cluster, keys_of_row) in enumerate(zip(ids, bands)):
         want = Planned(cluster, keys_of_row, table.stored[row].token)
         if want.differs(table.stored[row]):
@@ -581,8 +643,7 @@ def _incremental_batch(job: Job, new: DocTable, report: ReportInput) -> None:
                 stored = stored_values(hit.get("_source"))
                 if stored.cluster in retired:
                     want = Planned(retired[stored.cluster], None, stored.token)
-                    planned.append((Pending(hit["_index"], hit["_id"], hit.get("_routing"), hit["_seq_no"],
-                                            hit["_primary_term"], want.partial()), want))
+                    planned.append((Pending.of(hit, want.partial()), want))
     job.write(planned)
     job.refresh()  # the next batch's candidate lookups must see this one
     report.keys += keys
@@ -632,6 +693,7 @@ def run_cluster(config: Config, options: ClusterOptions, *, progress: Progress |
         # Searches see only refreshed writes: without this, fingerprints written just before (by a
         # `neardup index` that has finished) could be read as missing, and their documents left
         # without a cluster id as "changed meanwhile".
+        cut = None if options.incremental else take_cut(client, retrier, options.index)  # see cluster_backstop
         refresh_started = time.perf_counter()
         retrier.call("refreshing", lambda: client.indices.refresh(index=options.index))
         refresh_seconds = time.perf_counter() - refresh_started
@@ -641,7 +703,7 @@ def run_cluster(config: Config, options: ClusterOptions, *, progress: Progress |
         progress = progress or Progress.for_stream(sys.stderr, f"cluster {options.index}")
         progress.add_total(documents)
         job = Job(config, options, client, retrier, settings, params, indices, plan.root_mappings, result, progress,
-                  first_run=first_run)
+                  first_run=first_run, cut=cut)
         result.seconds["mapping"] = mapping_seconds
         result.seconds["first refresh"] = refresh_seconds
         if options.incremental:
@@ -659,8 +721,16 @@ def run_cluster(config: Config, options: ClusterOptions, *, progress: Progress |
         else:
             figures = {k: v for k, v in ((job.root_mappings[indices[0]].get("_meta") or {}).get(META_KEY) or {}).items()
                        if k in ("documents", "clusters", "in_clusters", "largest")}
-        if result.stats.updated:
-            job.refresh()  # before `ready`: the proxy relies on the values once it reads `ready`
+        if options.incremental:
+            if result.stats.updated:
+                job.refresh()  # before `ready`: the proxy relies on the values once it reads `ready`
+        elif result.stats.failed == 0:
+            # always refreshed: also what others wrote meanwhile must be searchable for the backstop
+            job.refresh()
+            assert job.cut is not None
+            started_backstop = time.perf_counter()
+            result.withdrawn_unexamined = withdraw_unexamined(job, job.cut)
+            job.timed("backstop", started_backstop)
         if result.stats.failed == 0:
             job.put_meta("ready", **figures)
         progress.close()

@@ -99,6 +99,7 @@ class Forest:
 def run_aggregate(job: Job) -> ReportInput:
     started = time.perf_counter()
     _write_keys(job)
+    job.take_cut()  # the aggregation below sees every write up to it (cluster_backstop)
     job.refresh()
     job.result.seconds["keys"] = time.perf_counter() - started
     started = time.perf_counter()
@@ -115,6 +116,7 @@ def run_aggregate(job: Job) -> ReportInput:
     job.result.in_clusters = int(grouped.sum())
     job.result.largest = int(grouped.max()) if len(grouped) else (1 if job.result.documents else 0)
     renamed = {key: cluster for key, cluster in zip(forest.keys, ids) if cluster != key}
+    job.own_writes = {}  # the backstop vouches for this pass's writes of versions the aggregation saw
     _write_clusters(job, renamed)
     report.keys, report.ids = forest.keys, ids
     report.singletons_outside = job.result.documents - len(forest.keys)

@@ -11,7 +11,8 @@ import argparse
 import json
 import os
 
-from indexer.cli import _fields, _positive, _threshold, check_upstream, clear_errors, fail
+from indexer.cli import (_add_field_option, _fields, _positive, _threshold, add_index_job_options, check_upstream,
+                         clear_errors, fail)
 from indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_USAGE
 from neardup.config import Config, collapse_settings_for
 
@@ -50,7 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "when clusters merge, the larger one's id survives) and, if it has a fingerprint, its LSH "
         "keys in neardup.bands. Only values that change are written, with partial updates "
         "conditional on each document's _seq_no. Run `neardup index` first.")
-    parser.add_argument("--index", required=True, metavar="NAME", help="index, alias or pattern to cluster")
+    add_index_job_options(parser, "cluster", workers="point-in-time slices read in parallel",
+                          pages="documents per page and per bulk request")
     parser.add_argument("--threshold", type=_threshold, metavar="T",
                         help="estimated resemblance at or above which two documents are linked "
                         "(default: collapse.threshold for the index, so the proxy can collapse on the "
@@ -66,14 +68,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--report", metavar="FILE",
                         help="also write an HTML report: cluster sizes, the largest clusters with "
                         "titles, and pairs near the threshold with their similarity")
-    parser.add_argument("--field", action="append", metavar="F",
-                        help="text field, repeat for several: the fields `neardup index` fingerprinted, "
-                        "in the same order; read back by --verify text, and shown in the report (the first "
-                        "as the title) (default: indexer.fields of the configuration)")
-    parser.add_argument("--workers", type=_positive, metavar="N",
-                        help="point-in-time slices read in parallel (default: indexer.workers)")
-    parser.add_argument("--batch-size", type=_positive, metavar="N",
-                        help="documents per page and per bulk request (default: indexer.batch_size)")
+    _add_field_option(parser, help="text field, repeat for several: the fields `neardup index` fingerprinted, "
+                      "in the same order; read back by --verify text, and shown in the report (the first "
+                      "as the title) (default: indexer.fields of the configuration)")
     parser.add_argument("--memory-limit", type=_positive, default=2048, metavar="MB",
                         help="with --mode auto, the memory strategy is used while the fingerprints "
                         "fit in about this many MB (default: 2048)")
@@ -91,5 +88,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "verified by its estimate), so the clusters are those of exact single-link; "
                         "signature: the estimate of the stored signatures (no texts read). --mode aggregate "
                         "and --incremental always verify on the signatures")
-    parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     parser.set_defaults(handler=cluster_command)

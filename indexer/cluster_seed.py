@@ -68,6 +68,13 @@ cluster run wrote it (so it saw the document) or another writer replaced it (and
 protocol), and it is left alone. A document whose seed cannot be withdrawn is a failure of the
 job, named in its summary (a full ``neardup cluster`` run fixes it).
 
+**Backstop in the cluster run.** The check runs in the writer: a worker killed between a
+request's acknowledgement and its check (or whose check fails, the node unreachable) leaves
+its seeds. So every full cluster run, before it marks ``ready``, finds the documents changed
+after what it read (per shard, ``_seq_no`` above a checkpoint taken before its refresh) and
+withdraws the cluster values it cannot vouch for (:mod:`indexer.cluster_backstop`). Not
+covered: a seeded request the node applies only after that search.
+
 The check before a request is the answer of the previous check (one ``GET _mapping`` per
 seeded request, filtered to ``_meta.neardup_clusters.state``): correctness rests on the check
 after the acknowledgement only. A caller not allowed to read the mapping writes no seeds.
@@ -79,7 +86,7 @@ import base64
 import binascii
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence, TypeVar
 
 import numpy as np
 from elasticsearch import ApiError, Elasticsearch
@@ -87,6 +94,7 @@ from elasticsearch import ApiError, Elasticsearch
 from fingerprint import FIELD, FingerprintParams
 from fingerprint.lsh import Banding, key_strings
 from indexer.cluster_docs import BANDS, CLUSTER, CLUSTER_MAPPING, doc_key
+from indexer.docversion import DocVersion
 from indexer.errors import JobError, error_type_and_reason
 from indexer.mapping import MappingPlan, plan_neardup_mapping
 from indexer.retry import TRANSIENT_STATUSES, Retrier
@@ -195,16 +203,68 @@ def _signature(value: Mapping[str, Any], version: str, num_perm: int) -> tuple[b
 
 
 @dataclass
-class SeededWrite:
-    """A document acknowledged with a seed: where it is and the ``_seq_no`` of that write."""
+class SeededWrite(DocVersion):
+    """A document acknowledged with a seed, at the version of that write."""
 
-    index: str
-    id: str
-    routing: str | None
-    seq_no: int
-    primary_term: int
     seed: dict[str, Any]
     attempts: int = 0
+
+
+class Withdrawable(Protocol):
+    """A document at a version (:class:`DocVersion`) with a count of withdrawal attempts."""
+
+    id: str
+    attempts: int
+
+    def update_meta(self) -> dict[str, Any]: ...
+
+
+W = TypeVar("W", bound=Withdrawable)
+
+
+def withdraw_values(client: Elasticsearch, retrier: Retrier, items: Sequence[W], max_retries: int, *,
+                    what: str, judge_again: Callable[[list[W]], list[W]],
+                    fail: Callable[[str, W], None]) -> int:
+    """Set ``cluster`` and ``bands`` to null on each document, conditional on its version, in one
+    bulk request sent with ``refresh=true`` (a value made searchable by a refresh since it was
+    written must not stay visible until the next one). A conflict goes to ``judge_again`` (read
+    again: those still to withdraw, at their new version); 429/5xx are sent again; a document
+    deleted meanwhile needs nothing. Returns how many were withdrawn; ``fail(reason, item)`` for
+    the rest."""
+    withdrawn = 0
+    pending = list(items)
+    while pending:
+        operations: list[dict[str, Any]] = []
+        for item in pending:
+            operations += [item.update_meta(), {"doc": {FIELD: dict(WITHDRAWN)}}]
+        response = retrier.call(what, lambda: client.bulk(operations=operations, filter_path=_FILTER, refresh=True))
+        answers = response.body.get("items", [])
+        if len(answers) != len(pending):
+            raise RuntimeError(f"bulk answered {len(answers)} items for {len(pending)} actions")
+        conflicted: list[W] = []
+        again: list[W] = []
+        for item, answer in zip(pending, answers):
+            result = answer.get("update", {})
+            status = int(result.get("status", 0))
+            if 200 <= status < 300:
+                withdrawn += 1
+                continue
+            kind, reason = error_type_and_reason(result.get("error", {}))
+            if status == 404 and kind == "document_missing_exception":
+                continue  # deleted meanwhile: nothing left to withdraw
+            item.attempts += 1
+            if item.attempts > max_retries:
+                fail(f"{status} {kind} (after {max_retries} retries)", item)
+            elif status == 409:
+                conflicted.append(item)
+            elif status in TRANSIENT_STATUSES:
+                again.append(item)
+            else:
+                fail(f"{status} {kind}: {reason}"[:200], item)
+        if again:
+            retrier.wait(max(i.attempts for i in again) - 1)
+        pending = again + (judge_again(conflicted) if conflicted else [])
+    return withdrawn
 
 
 @dataclass
@@ -262,54 +322,16 @@ class Seeder:
 
     def withdraw(self, written: Sequence[SeededWrite]) -> None:
         """Set ``cluster`` and ``bands`` to null where the document still holds the seed."""
-        pending = list(written)
-        while pending:
-            operations: list[dict[str, Any]] = []
-            for item in pending:
-                meta: dict[str, Any] = {"_index": item.index, "_id": item.id, "if_seq_no": item.seq_no,
-                                        "if_primary_term": item.primary_term}
-                if item.routing is not None:
-                    meta["routing"] = item.routing
-                operations += [{"update": meta}, {"doc": {FIELD: dict(WITHDRAWN)}}]
-            # refreshed (a rare path): a seed made searchable by a refresh since it was written
-            # must not stay visible until the next one
-            response = self.retrier.call("withdrawing cluster seeds", lambda: self.client.bulk(
-                operations=operations, filter_path=_FILTER, refresh=True))
-            items = response.body.get("items", [])
-            if len(items) != len(pending):
-                raise RuntimeError(f"bulk answered {len(items)} items for {len(pending)} actions")
-            conflicted: list[SeededWrite] = []
-            again: list[SeededWrite] = []
-            for item, answer in zip(pending, items):
-                result = answer.get("update", {})
-                status = int(result.get("status", 0))
-                if 200 <= status < 300:
-                    self.withdrawn += 1
-                    continue
-                kind, reason = error_type_and_reason(result.get("error", {}))
-                if status == 404 and kind == "document_missing_exception":
-                    continue  # deleted meanwhile: nothing left to withdraw
-                item.attempts += 1
-                if item.attempts > self.max_retries:
-                    self._fail(f"{status} {kind} (after {self.max_retries} retries)", item)
-                elif status == 409:
-                    conflicted.append(item)
-                elif status in TRANSIENT_STATUSES:
-                    again.append(item)
-                else:
-                    self._fail(f"{status} {kind}: {reason}"[:200], item)
-            if again:
-                self.retrier.wait(max(i.attempts for i in again) - 1)
-            pending = again + self._still_seeded(conflicted)
+        self.withdrawn += withdraw_values(self.client, self.retrier, written, self.max_retries,
+                                          what="withdrawing cluster seeds", judge_again=self._still_seeded,
+                                          fail=self._fail)
 
     def _still_seeded(self, conflicted: Sequence[SeededWrite]) -> list[SeededWrite]:
         """Of the documents changed since the seed was written, those still holding it."""
         if not conflicted:
             return []
-        docs = [{"_index": c.index, "_id": c.id, **({"routing": c.routing} if c.routing is not None else {})}
-                for c in conflicted]
         response = self.retrier.call("re-reading seeded documents", lambda: self.client.mget(
-            docs=docs, source=[f"{FIELD}.{CLUSTER}", f"{FIELD}.{BANDS}"], realtime=True))
+            docs=[c.get_ref() for c in conflicted], source=[f"{FIELD}.{CLUSTER}", f"{FIELD}.{BANDS}"], realtime=True))
         out = []
         for item, doc in zip(conflicted, response.body["docs"]):
             if "error" in doc:
@@ -318,8 +340,7 @@ class Seeder:
             elif doc.get("found"):
                 node = (doc.get("_source") or {}).get(FIELD) or {}
                 if node.get(CLUSTER) == item.seed[CLUSTER] and (node.get(BANDS) or []) == item.seed[BANDS]:
-                    out.append(SeededWrite(item.index, item.id, item.routing, doc["_seq_no"], doc["_primary_term"],
-                                           item.seed, item.attempts))
+                    out.append(SeededWrite.of(doc, item.seed, item.attempts))
         return out
 
     def _fail(self, reason: str, item: SeededWrite) -> None:

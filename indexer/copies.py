@@ -35,7 +35,7 @@ from elasticsearch import Elasticsearch
 from fingerprint import Fingerprinter
 from fingerprint.bloom import BloomParams
 from fingerprint.copies import CopiedPair, build_filter, candidates, check_min_share, content_sets, ranked, verify
-from indexer.cli import _fields, _positive, _retrier, check_upstream, clear_errors
+from indexer.cli import _fields, _positive, _retrier, add_index_job_options, check_upstream, clear_errors
 from indexer.cluster_docs import doc_key
 from indexer.errors import EXIT_OK, JobError
 from indexer.query import SliceSpec
@@ -301,7 +301,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "shingles, and --min-shared of them, highest share first. Shingles found in more than --max-df "
         "documents (boilerplate, embedded scripts, stock phrases) are left out of everything. Works in "
         "memory: about 8 bytes a distinct shingle. Settings: [copies] and [fingerprint] of the configuration.")
-    parser.add_argument("--index", required=True, metavar="NAME", help="index, alias or pattern to screen")
+    add_index_job_options(parser, "screen", pages="documents per search page",
+                          json_help='one JSON object a pair, then {"summary": {...}} on the last line')
     parser.add_argument("--min-share", type=_share, metavar="S",
                         help="share of the source's shingles (0 < S <= 1) the copier must hold "
                         "(default: copies.min_share, 0.05)")
@@ -315,8 +316,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="text field(s) to compare, joined in the given order; repeat or separate by "
                         "commas (default: indexer.fields, e.g. title and body)")
     parser.add_argument("--limit", type=_positive, metavar="N", help="list only the N pairs of highest containment")
-    parser.add_argument("--batch-size", type=_positive, metavar="N",
-                        help="documents per search page (default: indexer.batch_size)")
-    parser.add_argument("--json", action="store_true",
-                        help='one JSON object a pair, then {"summary": {...}} on the last line')
     parser.set_defaults(handler=copies_command)

@@ -42,6 +42,7 @@ from elasticsearch import Elasticsearch
 
 from fingerprint import FIELD
 from indexer.cluster_seed import SeededWrite, Seeder, seeded_write, uncertain_write
+from indexer.docversion import DocVersion
 from indexer.errors import error_type_and_reason
 from indexer.retry import TRANSIENT_STATUSES, Retrier
 from indexer.stats import JobStats
@@ -55,14 +56,9 @@ _BULK_FILTER = ["items.*.status", "items.*.result", "items.*.error.type", "items
 
 
 @dataclass
-class Pending:
-    """One conditional update waiting to be sent."""
+class Pending(DocVersion):
+    """One conditional update waiting to be sent (on the version read)."""
 
-    index: str
-    id: str
-    routing: str | None
-    seq_no: int
-    primary_term: int
     neardup: dict[str, Any]
     conflicts: int = 0
     transient_failures: int = 0
@@ -71,13 +67,6 @@ class Pending:
     #: the seed this update was last sent with (kept when a resend carries none)
     sent_seed: dict[str, Any] | None = None
 
-    def action(self) -> dict[str, Any]:
-        meta: dict[str, Any] = {"_index": self.index, "_id": self.id,
-                                "if_seq_no": self.seq_no, "if_primary_term": self.primary_term}
-        if self.routing is not None:
-            meta["routing"] = self.routing
-        return {"update": meta}
-
     def document(self) -> dict[str, Any]:
         return {"doc": {FIELD: {**self.neardup, **self.seed} if self.seed else self.neardup}}
 
@@ -85,7 +74,7 @@ class Pending:
 def bulk_operations(pending: Sequence[Pending]) -> list[dict[str, Any]]:
     operations: list[dict[str, Any]] = []
     for item in pending:
-        operations.append(item.action())
+        operations.append(item.update_meta())
         operations.append(item.document())
     return operations
 
@@ -119,8 +108,7 @@ class BulkUpdater:
         if neardup is None:
             count_outcome(self.stats, outcome)
             return None
-        return Pending(hit["_index"], hit["_id"], hit.get("_routing"), hit["_seq_no"],
-                       hit["_primary_term"], neardup, **counters)
+        return Pending.of(hit, neardup, **counters)
 
     def write(self, pending: list[Pending]) -> None:
         """Send the updates until each one is settled (updated, unchanged, deleted or failed)."""
@@ -213,11 +201,9 @@ class BulkUpdater:
         """Read changed documents again (real time) and fingerprint what they hold now."""
         if not conflicted:
             return []
-        docs = [{"_index": p.index, "_id": p.id, **({"routing": p.routing} if p.routing is not None else {})}
-                for p in conflicted]
         started = time.perf_counter()
         response = self.retrier.call("re-reading changed documents", lambda: self.client.mget(
-            docs=docs, source=list(self.source_fields) or False, realtime=True))
+            docs=[p.get_ref() for p in conflicted], source=list(self.source_fields) or False, realtime=True))
         self.stats.read_seconds += time.perf_counter() - started
         fresh: list[Pending] = []
         for previous, doc in zip(conflicted, response.body["docs"]):

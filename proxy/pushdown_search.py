@@ -195,30 +195,14 @@ async def search(state: "ProxyState", incoming: "Incoming", plan: Plan) -> web.S
 
 
 # -- _msearch ---------------------------------------------------------------------------------
-def _item_index(item: "Item", path_index: str) -> tuple[str, list[tuple[str, str, str]]] | None:
-    """(index expression, header keys as parameters) of an msearch item; None if unreadable."""
-    try:
-        header = jsonio.loads(item.header) if item.header.strip() else {}
-    except ValueError:
-        return None
-    if not isinstance(header, dict):
-        return None
-    index = header.get("index", path_index)
-    index = ",".join(map(str, index)) if isinstance(index, list) else str(index)
-    return index, [(str(name), "", "") for name in header]
-
-
 async def mark(state: "ProxyState", incoming: "Incoming", items: Sequence["Item"]) -> None:
-    """Set ``item.pushdown`` on the planned items of an msearch that can be pushed down."""
-    from proxy.routes import index_of
-
+    """Set ``item.pushdown`` on the planned items of an msearch that can be pushed down (the
+    item's index and header keys as :func:`proxy.searching._parse_msearch` read them)."""
     async def decide(item: "Item") -> None:
         assert item.plan is not None
-        found = _item_index(item, index_of(incoming.raw_path))
-        if found is not None:
-            index, header_params = found
-            item.pushdown = await allowed(state, incoming.request, index, item.plan,
-                                          [*item.plan.params, *header_params])
+        header_params = [(name, "", "") for name in item.header_names]
+        item.pushdown = await allowed(state, incoming.request, item.index, item.plan,
+                                      [*item.plan.params, *header_params])
 
     await asyncio.gather(*(decide(item) for item in items if item.plan is not None))
 
@@ -232,8 +216,6 @@ def item_body(state: "ProxyState", item: "Item") -> bytes:
 def take_answer(state: "ProxyState", incoming: "Incoming", item: "Item", answer: Any) -> None:
     """Set the item's result from its pushed-down answer; when the answer is not usable, the
     item goes back to the window path (its first window round is still pending)."""
-    from proxy.routes import index_of
-
     assert item.plan is not None
     item.pushdown = False
     ok = isinstance(answer, dict) and answer.get("status", 200) == 200 and "error" not in answer
@@ -243,7 +225,5 @@ def take_answer(state: "ProxyState", incoming: "Incoming", item: "Item", answer:
         item.result = rewrite(state, item.plan, answer,
                               pushdown.inner_size_for(item.plan.size, state.config.collapse.max_window))
     except collapse.CollapseError as exc:
-        found = _item_index(item, index_of(incoming.raw_path))
         log.info("cluster push-down not usable in an msearch (%s); collapsing the window", exc)
-        if found is not None:
-            forget(state, incoming.request, found[0])
+        forget(state, incoming.request, item.index)

@@ -247,6 +247,8 @@ class Item:
     pushdown: bool = False                   # send it as native collapse on cluster ids next
     groups: list[list[int]] = field(default_factory=list)
     fingerprinted: int = 0
+    index: str = ""                          # the header's index, else the path's (push-down looks it up)
+    header_names: tuple[str, ...] = ()       # the header's keys (push-down checks them as parameters)
 
 
 async def msearch(state: "ProxyState", request: web.Request, raw_path: str, query: str,
@@ -302,7 +304,7 @@ def _parse_msearch(body: bytes, params: list[tuple[str, str, str]], controls: Co
             planned = plan_search(search_body, item_params, settings, state.config.collapse.max_window)
             if isinstance(planned, Plan) and planned.filter is None:
                 plan = planned
-        item = Item(lines[k].rstrip(b"\r") or b"{}", lines[k + 1], plan)
+        item = Item(lines[k].rstrip(b"\r") or b"{}", lines[k + 1], plan, index=index, header_names=tuple(header))
         if plan is not None:
             item.window = Window(plan)
             item.pending = (0, plan.first_window())

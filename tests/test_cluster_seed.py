@@ -554,3 +554,73 @@ def test_withdrawn_seeds_are_not_visible_to_searches_after_the_job(es, es_url, n
     # no refresh here: what a search sees right after the job
     assert es.count(index=index, query={"exists": {"field": f"{FIELD}.cluster"}})["count"] == 0
     assert es.count(index=index, query=missing_clusters_query())["count"] == len(docs)
+
+
+def near_copy(doc: dict[str, Any], doc_id: str, word: str = "qwzrt") -> dict[str, Any]:
+    """``doc`` with one word of its body changed, as ``doc_id``."""
+    words = doc["body"].split()
+    words[-20] = word
+    return {"id": doc_id, "title": doc["title"], "body": " ".join(words)}
+
+
+@pytest.mark.es
+@pytest.mark.parametrize("mode", ["memory", "aggregate"])
+def test_seeds_of_a_killed_worker_are_withdrawn_by_the_first_cluster_run(es, es_url, new_index, monkeypatch, mode):
+    """An indexer worker killed between a seeded request's acknowledgement and its check (or
+    whose check fails: the node is unreachable) leaves seeds that no check withdraws. Written
+    after the first cluster run's point in time, the run never examined them: ``late`` (a new
+    near-copy of s00) and ``x`` (read by the run without text, then given a near-copy of s01's
+    text) would keep their own key as cluster id in a `ready` index. The run's backstop
+    (:meth:`indexer.cluster.Job.withdraw_unexamined`) withdraws them: they count as new."""
+    from indexer import cluster_aggregate
+
+    docs = stories(10)
+    index = new_index(docs + [{"id": "x", "note": "no text yet"}])
+    neardup_json(es, es_url, "index", "--index", index)  # seeds; x gets no fingerprint
+    seeded = values(es, index)
+    assert seeded["s00"]["cluster"] == "s00" and seeded["x"] == {}
+
+    def killed_worker_writes() -> None:
+        es.update(index=index, id="x", doc={k: v for k, v in near_copy(docs[1], "x").items() if k != "id"})
+        es.index(index=index, id="late", document=near_copy(docs[0], "late"))
+        client = Elasticsearch(es_url)
+        try:
+            seeder, updater, _ = seeded_updater(client, Retrier(es_url, 3), index)
+            seeder.confirm = lambda *args, **kwargs: None  # type: ignore[method-assign]  # killed before it
+            found = client.mget(index=index, ids=["x", "late"], source=FIELDS, realtime=True)["docs"]
+            updater.write([updater.pending_from_hit(doc) for doc in found])
+        finally:
+            client.close()
+
+    if mode == "memory":
+        read_table = cluster_module.Job.read_table
+
+        def reading(job: Any, *args: Any, **kwargs: Any) -> Any:
+            table = read_table(job, *args, **kwargs)
+            killed_worker_writes()  # after the point in time
+            return table
+
+        monkeypatch.setattr(cluster_module.Job, "read_table", reading)
+    else:
+        write_clusters = cluster_aggregate._write_clusters
+
+        def writing(job: Any, renamed: Any) -> None:
+            killed_worker_writes()  # after the aggregation read the keys
+            write_clusters(job, renamed)
+
+        monkeypatch.setattr(cluster_aggregate, "_write_clusters", writing)
+    config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
+    result = run_cluster(config, ClusterOptions(index=index, threshold=THRESHOLD, mode=mode), progress=Progress())
+    assert result.stats.failed == 0
+    assert es.indices.get_mapping(index=index)[index]["mappings"]["_meta"][META_KEY]["state"] == "ready"
+    stored = values(es, index)
+    assert stored["x"]["v"] == stored["late"]["v"] == FP.version
+    # no value a run did not examine: withdrawn, so both count as new (the proxy waits for them)
+    for doc_id in ("x", "late"):
+        assert stored[doc_id].get("cluster") is None and stored[doc_id].get("bands") is None, doc_id
+    assert es.count(index=index, query=missing_clusters_query())["count"] == 2
+    assert stored["s00-copy"]["cluster"] == "s00" and stored["s05"]["cluster"] == "s05"  # the rest as usual
+    placed = neardup_json(es, es_url, "cluster", "--index", index, "--threshold", str(THRESHOLD), "--incremental")
+    assert placed["new_documents"] == 2
+    final = values(es, index)
+    assert final["late"]["cluster"] == "s00" and final["x"]["cluster"] == "s01"

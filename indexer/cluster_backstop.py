@@ -1,0 +1,167 @@
+"""The cluster run's backstop: before ``ready``, withdraw cluster values it did not examine.
+
+The seed protocol (:mod:`indexer.cluster_seed`) lives in the indexer: a seeded write is
+withdrawn by the check that follows its acknowledgement. If that check never runs (the worker
+is killed between the acknowledgement and the check, or the check fails because the node is
+unreachable), a seed written after the first cluster run's point in time stays: the document
+holds a value no run examined (its own key), and the run would mark the index ``ready``. The
+same holds for a value the ``aggregate`` strategy's last pass writes on a document added after
+the aggregation read the keys (seed or not). So the run checks, just before ``ready``, the
+documents changed since what it examined, and withdraws (sets ``cluster`` and ``bands`` to
+null, so that they count as new and wait for ``--incremental``) every value it cannot vouch for.
+
+**Which documents: per shard, ``_seq_no`` above a cut.** Before the refresh that its reading
+rests on (the first refresh for ``memory``, the one after the keys are written for
+``aggregate``), the run takes, for each shard, the smallest processed local checkpoint (and
+global checkpoint) over its copies (:func:`take_cut`, one ``_stats?level=shards`` request).
+Every operation at or below it was in Lucene on every copy before that refresh, so the run's
+reading saw it; an operation above it may or may not have been seen. ``_seq_no`` counts per
+shard, so the search after the run is per shard (``preference=_shards:N``): documents with
+``_seq_no`` above the shard's cut that hold a ``neardup.cluster`` (a range on the indexed
+``_seq_no``; after a refresh, outside any point in time). That is exact (no document written
+after the cut is missed, whatever its key or value) and cheap: it reads only what changed
+while the run ran, about as much as was written meanwhile. The alternatives were worse: a
+search for seed-shaped values cannot be expressed without scripts (``cluster == _id``), and a
+full second read of the index costs as much as the run's own reading.
+
+**Which values stay** (:meth:`indexer.cluster.Job.vouches`):
+
+* ``memory``: the run holds, for every document it read, its fingerprint (``v``, ``sig``,
+  ``n``) and the values it computed. A document whose fingerprint is the one the run read and
+  that holds exactly the computed values stays (its other fields may have changed: the cluster
+  values do not depend on them). Anything else (a key the run never read, a fingerprint changed
+  since, values the run did not compute) is withdrawn.
+* ``aggregate`` (no per-document memory): the run records the writes of its last pass (the
+  ``_seq_no`` read and the one written; one entry per document written, only the members that
+  join another's cluster on a seeded index). A document stays if its current version is the
+  run's own write of a version at or below the cut (which the aggregation saw). Anything else
+  above the cut is withdrawn, including a document some program touched after the cut without
+  changing its fingerprint: safe, it waits for the next ``--incremental``.
+
+A withdrawal is conditional on the version the search found; on a conflict the document is
+read again (real time) and judged again. One that cannot be withdrawn is a failure of the run,
+which then does not mark ``ready``. Withdrawals are sent with ``refresh=true``.
+
+**Left uncovered:** a seeded request that Elasticsearch applies only after the backstop's
+refresh (sent before the worker died, still queued on the node while the whole run went by).
+
+**An index that lost its ``_meta``** (restored from a snapshot taken before the first run,
+reindexed, or ``_meta`` overwritten) but kept its cluster values: the proxy does not collapse
+natively on it (no ``ready``); ``neardup index``/``load`` write seeds again (for new or
+changed documents, which is correct: they are new to the next run); ``--incremental`` refuses
+(no clusters recorded); the next full run is a *first* run (:meth:`indexer.cluster.Job.previous_ids`),
+so its ids are those of a first run (the smallest member key) rather than the previous ids,
+and it rewrites the members whose id changes. The values are correct after it; only the
+stability of the ids across that run is lost. Stored values cannot be told apart from seeds
+(a seed is a valid singleton id), so they are not reused.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+
+from elasticsearch import Elasticsearch
+
+from fingerprint import FIELD
+from indexer.cluster_docs import CLUSTER, SOURCE_FIELDS, Stored, stored_values
+from indexer.cluster_seed import withdraw_values
+from indexer.docversion import DocVersion
+from indexer.errors import JobError, error_type_and_reason
+from indexer.retry import Retrier
+
+if TYPE_CHECKING:
+    from indexer.cluster import Job
+
+log = logging.getLogger(__name__)
+
+#: index -> shard number -> the highest ``_seq_no`` every copy had processed
+Cut = dict[str, dict[int, int]]
+
+
+def take_cut(client: Elasticsearch, retrier: Retrier, index: str) -> Cut:
+    """Per concrete index and shard, the smallest checkpoint over the shard's copies."""
+    body = retrier.call("reading the shards' checkpoints", lambda: client.indices.stats(
+        index=index, level="shards", metric="docs",
+        filter_path="indices.*.shards.*.seq_no")).body
+    cut: Cut = {}
+    for name, data in (body.get("indices") or {}).items():
+        shards = cut.setdefault(name, {})
+        for shard, copies in (data.get("shards") or {}).items():
+            points = [min(int(c["seq_no"]["local_checkpoint"]), int(c["seq_no"]["global_checkpoint"]))
+                      for c in copies if isinstance(c.get("seq_no"), Mapping)]
+            shards[int(shard)] = min(points) if points else -1
+    return cut
+
+
+@dataclass
+class Changed(DocVersion):
+    """A document changed after the cut that holds a cluster value, at the version found."""
+
+    shard: int
+    stored: Stored
+    attempts: int = 0
+
+
+def changed_since(job: "Job", cut: Cut) -> Iterator[Changed]:
+    """Documents with a ``_seq_no`` above their shard's cut holding ``neardup.cluster`` (refreshed)."""
+    for index, shards in sorted(cut.items()):
+        for shard, checkpoint in sorted(shards.items()):
+            query = {"bool": {"filter": [{"range": {"_seq_no": {"gt": checkpoint}}},
+                                         {"exists": {"field": f"{FIELD}.{CLUSTER}"}}]}}
+            after: list[Any] | None = None
+            while True:
+                response = job.retrier.call("searching documents changed during the run", lambda: job.client.search(
+                    index=index, preference=f"_shards:{shard}", query=query, sort=[{"_seq_no": "asc"}],
+                    search_after=after, size=job.options.batch_size, seq_no_primary_term=True,
+                    track_total_hits=False, source=SOURCE_FIELDS)).body
+                failed = (response.get("_shards") or {}).get("failed", 0)
+                if failed:
+                    raise JobError(f"searching the documents of {index} changed during the run failed on shard "
+                                   f"{shard}: the clusters are not marked ready; run `neardup cluster` again")
+                hits = response["hits"]["hits"]
+                for hit in hits:
+                    yield Changed.of(hit, shard, stored_values(hit.get("_source")))
+                if len(hits) < job.options.batch_size:
+                    break
+                after = hits[-1]["sort"]
+
+
+def withdraw_unexamined(job: "Job", cut: Cut) -> int:
+    """Withdraw the cluster values changed after ``cut`` that the run cannot vouch for; the
+    number withdrawn (failures go to the run's stats)."""
+    unvouched = [c for c in changed_since(job, cut) if not job.vouches(c, cut[c.index][c.shard])]
+    failures = job.result.stats.failures
+
+    def fail(reason: str, item: Changed) -> None:
+        failures.add(f"cluster value not withdrawn ({reason}); run `neardup cluster` again", item.id)
+
+    withdrawn = 0
+    size = job.options.batch_size
+    for start in range(0, len(unvouched), size):
+        withdrawn += withdraw_values(job.client, job.retrier, unvouched[start:start + size],
+                                     job.config.indexer.max_retries,
+                                     what="withdrawing cluster values the run did not examine",
+                                     judge_again=lambda items: _judge_again(job, cut, items, fail), fail=fail)
+    if withdrawn:
+        log.warning("withdrew the cluster values of %d documents of %s written after the run read them "
+                    "(e.g. seeds of an indexer worker that died): they wait for `neardup cluster --incremental`",
+                    withdrawn, job.options.index)
+    return withdrawn
+
+
+def _judge_again(job: "Job", cut: Cut, items: list[Changed], fail: Callable[[str, Changed], None]) -> list[Changed]:
+    """Read documents again (real time): those still holding a value the run cannot vouch for."""
+    response = job.retrier.call("re-reading documents changed during the run", lambda: job.client.mget(
+        docs=[c.get_ref() for c in items], source=SOURCE_FIELDS, realtime=True))
+    out = []
+    for item, doc in zip(items, response.body["docs"]):
+        if "error" in doc:
+            kind, reason = error_type_and_reason(doc)
+            fail(f"re-reading failed: {kind}: {reason}"[:200], item)
+        elif doc.get("found"):
+            fresh = Changed.of(doc, item.shard, stored_values(doc.get("_source")), item.attempts)
+            if fresh.stored.cluster is not None and not job.vouches(fresh, cut[item.index][item.shard]):
+                out.append(fresh)
+    return out
