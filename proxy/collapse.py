@@ -85,41 +85,119 @@ def stored_fingerprint(hit: dict[str, Any], channel: Channel) -> Any:
     return {"v": values["v"][0], "sig": values["sig"][0], "n": values["n"][0]}
 
 
+class WindowHits(list):
+    """The hits of a result window (:attr:`proxy.search.Window.hits`), with what :func:`group`
+    read from them, so that a tail round reads only the hits it appended and
+    :func:`proxy.similarity.annotate` reuses the signatures instead of reading the page's
+    fingerprints a second time. A plain list works too (everything is read on every call)."""
+
+    __slots__ = ("read_state",)
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.read_state: _ReadState | None = None
+
+
+@dataclass
+class _ReadState:
+    channel: Channel
+    read: Reader
+    hits: list[Any]            # the hits read (the same objects, in order)
+    stored: list[Any]          # their stored fingerprint objects
+    signatures: Signatures | None = None   # ``read(stored)``, once grouping needed it
+
+
+def _check_and_read(hits: Sequence[Any], start: int, channel: Channel, stored: list[Any] | None) -> None:
+    """Shape-check ``hits[start:]`` and append their stored fingerprints to ``stored`` (None:
+    only check)."""
+    by_source = channel == "_source"
+    read_raw = source_fingerprint
+    for position in range(start, len(hits)):
+        hit = hits[position]
+        if type(hit) is not dict and not isinstance(hit, dict):
+            raise CollapseError(f"hit {position} is not an object")
+        get = hit.get
+        # The proxy adds to these: they must be objects.
+        fields, inner = get("fields", _OBJECT), get("inner_hits", _OBJECT)
+        if (type(fields) is not dict or type(inner) is not dict) and \
+                (not isinstance(fields, dict) or not isinstance(inner, dict)):
+            key = "fields" if not isinstance(fields, dict) else "inner_hits"
+            raise CollapseError(f"hit {position} has a {key} that is not an object")
+        if stored is None:
+            continue
+        if by_source:
+            source = get("_source")
+            if type(source) is Raw:   # as the upstream sent it (proxy.rawjson): read three fields
+                stored.append(read_raw(source))
+                continue
+        stored.append(stored_fingerprint(hit, channel))
+
+
+def _window_read(hits: Sequence[Any], channel: Channel, read: Reader) -> tuple[_ReadState | None, list[Any]]:
+    """The reusable read state of ``hits`` (None for a plain list) and the stored fingerprints
+    of every hit, reading (and shape-checking) only the hits not read before."""
+    state = hits.read_state if type(hits) is WindowHits else None
+    if state is not None and state.channel == channel and state.read is read \
+            and len(state.hits) <= len(hits) and hits[:len(state.hits)] == state.hits:
+        if len(state.hits) < len(hits):
+            added: list[Any] = []
+            _check_and_read(hits, len(state.hits), channel, added)
+            state.stored += added
+            state.hits = list(hits)
+            state.signatures = None
+        return state, state.stored
+    stored: list[Any] = []
+    _check_and_read(hits, 0, channel, stored)
+    if type(hits) is WindowHits:
+        state = hits.read_state = _ReadState(channel, read, list(hits), stored)
+    return state, stored
+
+
+def window_signatures(hits: Sequence[Any], channel: Channel, read: Reader) -> Signatures | None:
+    """What the last :func:`group` of ``hits`` read (``read`` of every hit's stored fingerprint),
+    if it still holds for these hits, channel and reader; else None."""
+    state = hits.read_state if type(hits) is WindowHits else None
+    if state is None or state.signatures is None or state.channel != channel or state.read is not read \
+            or len(state.hits) != len(hits) or hits[:] != state.hits:
+        return None
+    return state.signatures
+
+
 def group(hits: Sequence[Any], channel: Channel, threshold: float, mode: Mode,
           algorithms: Algorithms) -> tuple[list[list[int]], int]:
     """Groups of hit positions, each in rank order, the groups ordered by their first member;
     and how many hits had a usable fingerprint. Hits without one are groups of one.
     """
-    stored = []
-    for position, hit in enumerate(hits):
-        if not isinstance(hit, dict):
-            raise CollapseError(f"hit {position} is not an object")
-        # The proxy adds to these: they must be objects.
-        fields, inner = hit.get("fields", _OBJECT), hit.get("inner_hits", _OBJECT)
-        if not isinstance(fields, dict) or not isinstance(inner, dict):
-            key = "fields" if not isinstance(fields, dict) else "inner_hits"
-            raise CollapseError(f"hit {position} has a {key} that is not an object")
-        source = hit.get("_source") if channel == "_source" else None
-        stored.append(source_fingerprint(source) if type(source) is Raw else stored_fingerprint(hit, channel))
     n = len(hits)
     if mode == tfidf.MODE:  # TF-IDF cosine of the stored vectors instead of signatures
+        _check_and_read(hits, 0, channel, None)
         fingerprinted, i, j = tfidf.vector_pairs([tfidf.stored_vector(hit, channel) for hit in hits],
                                                  threshold, algorithms.tfidf_version)
     else:
-        fingerprinted, signatures, counts = algorithms.read(stored)
+        state, stored = _window_read(hits, channel, algorithms.read)
+        read = state.signatures if state is not None else None
+        if read is None:
+            read = algorithms.read(stored)
+            if state is not None:
+                state.signatures = read
+        fingerprinted, signatures, counts = read
         if len(fingerprinted) > 1:
             i, j, _ = algorithms.similar_pairs(signatures, counts, threshold, mode)
     if len(fingerprinted) < 2 or not len(i):   # nothing to fold: every hit is its own group
         return [[position] for position in range(n)], len(fingerprinted)
     local = np.asarray(algorithms.group_labels(len(fingerprinted), np.asarray(i), np.asarray(j)))
-    labels = np.arange(n, dtype=np.int64)
+    positions = np.arange(n, dtype=np.int64)
+    labels = positions.copy()
     # Local label = smallest local member index; map it back to hit positions.
     labels[fingerprinted] = fingerprinted[local]
-    members: dict[int, list[int]] = {}
-    for position, label in enumerate(labels.tolist()):
-        members.setdefault(label, []).append(position)
-    # Insertion order = order of first members = rank order of the representatives.
-    return list(members.values()), len(fingerprinted)
+    # A label is its group's smallest position, so each group starts as [label] and the other
+    # members (few: the folded hits) are appended in rank order.
+    members = [[position] for position in range(n)]
+    is_first = labels == positions
+    folded = np.flatnonzero(~is_first)
+    for position, label in zip(folded.tolist(), labels[folded].tolist()):
+        members[label].append(position)
+    return [members[label] for label in np.flatnonzero(is_first).tolist()], len(fingerprinted)
 
 
 def group_key(hit: dict[str, Any]) -> str:
@@ -163,15 +241,25 @@ def build_page(hits: Sequence[dict[str, Any]], groups: list[list[int]], start: i
     collapsed = 0
     for members in groups[start:start + size]:
         top = hits[members[0]]
-        others = [hits[m] for m in members[1:]] if len(members) > 1 else []
-        collapsed += len(others)
-        total: Any = len(others) if total_as_int else {"value": len(others), "relation": "eq"}
-        set_field(top, GROUP_FIELD, [group_key(top)])
-        inner = top.get("inner_hits")
-        inner = dict(inner) if isinstance(inner, dict) else {}
-        inner[INNER_HITS_NAME] = {"hits": {"total": total, "max_score": _max_score(others) if others else None,
-                                           "hits": others}}
-        top["inner_hits"] = inner
+        if len(members) > 1:
+            others = [hits[m] for m in members[1:]]
+            collapsed += len(others)
+            total: Any = len(others) if total_as_int else {"value": len(others), "relation": "eq"}
+            best = _max_score(others)
+        else:
+            others, best = [], None
+            total = 0 if total_as_int else {"value": 0, "relation": "eq"}
+        # set_field(top, GROUP_FIELD, [group_key(top)]) and a copy of inner_hits, inlined (once
+        # per group on the page; most hits have neither fields nor inner_hits)
+        get = top.get
+        key = [f"{get('_index', '')}/{get('_id', '')}"]
+        fields = get("fields")
+        top["fields"] = {GROUP_FIELD: key} if fields is None else \
+            {**(fields if isinstance(fields, dict) else _OBJECT), GROUP_FIELD: key}
+        folded = {"hits": {"total": total, "max_score": best, "hits": others}}
+        inner = get("inner_hits")
+        top["inner_hits"] = {INNER_HITS_NAME: folded} if inner is None else \
+            {**(inner if isinstance(inner, dict) else _OBJECT), INNER_HITS_NAME: folded}
         page.append(top)
     return Page(page, len(page), collapsed, len(groups))
 

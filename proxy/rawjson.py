@@ -16,7 +16,7 @@ search (a ``size`` 100 window of Reuters is ~430 kB, nearly all ``_source``). So
   ``neardup.tf`` out of a raw ``_source`` (a typed decode that skips everything else).
 * :func:`materialize` parses a raw ``_source`` when something must look inside it
   (``filter_path`` into ``_source``, ``neardup_source`` texts).
-* :mod:`proxy.jsonio` writes a raw ``_source`` back byte for byte (an ``orjson.Fragment``), so
+* :mod:`proxy.jsonio` writes a raw ``_source`` back byte for byte (spliced into orjson's output), so
   the client gets exactly Elasticsearch's ``_source``, numbers and escapes included.
 
 Values keep the guarantees of :func:`proxy.jsonio.loads`: integers of any size stay exact
@@ -115,7 +115,8 @@ def _decode_search_one_pass(raw: bytes) -> Any:
     end = _address(last) - base + len(last) + 3   # the last hit's "}", the array's "]", "}"
     if start < 1 or raw[start:start + len(key)] != key or raw[end - 3:end] != b"}]}":
         return None
-    value = _ANY.decode(b"".join((raw[:start], b'"hits":0', raw[end:])))
+    view = memoryview(raw)   # the envelope around "hits", joined without copying its parts first
+    value = _ANY.decode(b"".join((view[:start], b'"hits":0', view[end:])))
     if type(value) is not dict or type(value.get("hits")) is not int:
         return None
     value["hits"] = _hits_value(hits)

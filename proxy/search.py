@@ -211,7 +211,7 @@ class Window:
 
     plan: Plan
     first: dict[str, Any] | None = None
-    hits: list[Any] = field(default_factory=list)
+    hits: list[Any] = field(default_factory=collapse.WindowHits)
     took: int = 0
     exhausted: bool = False
     fetched: int = 0        # hits received from the upstream so far: the next round's offset
@@ -233,7 +233,14 @@ class Window:
         seen, kept = self._seen, self.hits
         before = len(kept)
         for hit in page:
-            key = _identity(hit)
+            if type(hit) is dict:   # _identity(hit), inlined for the usual hit (once per hit and round)
+                get = hit.get
+                index, doc_id, routing = key = (get("_index"), get("_id"), get("_routing"))
+                if type(doc_id) is not str or (index is not None and type(index) is not str) \
+                        or (routing is not None and type(routing) is not str):
+                    key = _identity(hit)
+            else:
+                key = _identity(hit)
             if key is not None:
                 if key in seen:
                     continue

@@ -25,7 +25,7 @@ import numpy as np
 from fingerprint.similarity import containment_from_resemblance
 from fingerprint.tfidf import cosine
 from proxy import tfidf
-from proxy.collapse import Channel, Reader, set_field, stored_fingerprint
+from proxy.collapse import Channel, Reader, set_field, stored_fingerprint, window_signatures
 
 if TYPE_CHECKING:
     from proxy.search import Window
@@ -54,9 +54,10 @@ ESTIMATORS: dict[str, Estimator] = {"resemblance": _resemblance, "containment": 
 def annotate(hits: Sequence[dict[str, Any]], groups: Sequence[Sequence[int]], channel: Channel,
              mode: str, read: Reader) -> None:
     """Put ``fields["neardup.similarity"]`` on every collapsed member of ``groups`` (in place):
-    its similarity to the group's first (kept) hit. All fingerprints of the page are read in
-    one call and compared in one vectorised step. Call it before the fingerprint fields the
-    proxy added are stripped from the hits.
+    its similarity to the group's first (kept) hit. The signatures are those grouping read
+    (:func:`proxy.collapse.window_signatures`, for a window's :class:`proxy.collapse.WindowHits`),
+    else the page's fingerprints are read in one call; all pairs are compared in one vectorised
+    step. Call it before the fingerprint fields the proxy added are stripped from the hits.
     """
     estimator = ESTIMATORS.get(mode)
     folded = [members for members in groups if len(members) > 1]
@@ -65,19 +66,35 @@ def annotate(hits: Sequence[dict[str, Any]], groups: Sequence[Sequence[int]], ch
         return
     if estimator is None or not folded:
         return
-    positions = [position for members in folded for position in members]
-    kept = np.repeat(np.cumsum([0] + [len(m) for m in folded[:-1]]), [len(m) for m in folded])
-    usable, signatures, counts = read([stored_fingerprint(hits[p], channel) for p in positions])
-    row = np.full(len(positions), -1, dtype=np.int64)
-    row[usable] = np.arange(len(usable))
-    entry = np.arange(len(positions))
-    chosen = np.flatnonzero((entry != kept) & (row >= 0) & (row[kept] >= 0))
-    if not chosen.size:
+    window = window_signatures(hits, channel, read)   # what grouping read: not read again
+    if window is not None:
+        usable, signatures, counts = window
+        row_of = dict(zip(usable.tolist(), range(len(usable))))
+    else:
+        positions = [position for members in folded for position in members]
+        usable, signatures, counts = read([stored_fingerprint(hits[p], channel) for p in positions])
+        row_of = dict(zip([positions[k] for k in usable.tolist()], range(len(usable))))
+    # (row of the kept hit, row of the member, member position) for every member whose group's
+    # kept hit and itself have a usable fingerprint, in page order.
+    kept_rows: list[int] = []
+    member_rows: list[int] = []
+    targets: list[int] = []
+    for members in folded:
+        kept_row = row_of.get(members[0])
+        if kept_row is None:
+            continue
+        for member in members[1:]:
+            member_row = row_of.get(member)
+            if member_row is not None:
+                kept_rows.append(kept_row)
+                member_rows.append(member_row)
+                targets.append(member)
+    if not targets:
         return
-    a, b = row[kept[chosen]], row[chosen]
+    a, b = np.asarray(kept_rows, dtype=np.int64), np.asarray(member_rows, dtype=np.int64)
     values = np.asarray(estimator(signatures[a], signatures[b], counts[a], counts[b]), dtype=np.float64)
-    for k, value in zip(chosen.tolist(), values.tolist()):
-        set_field(hits[positions[k]], SIMILARITY_FIELD, [round(value, 4)])
+    for position, value in zip(targets, values.tolist()):
+        set_field(hits[position], SIMILARITY_FIELD, [round(value, 4)])
 
 
 def _annotate_cosines(hits: Sequence[dict[str, Any]], folded: Sequence[Sequence[int]], channel: Channel) -> None:
