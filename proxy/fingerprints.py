@@ -12,12 +12,6 @@ from functools import partial
 from fingerprint import FingerprintParams, group_labels, read_signatures, scheme_version, similar_pairs
 from proxy.collapse import Algorithms
 
-#: The pair search the proxy groups hits with. :func:`fingerprint.similar_pairs` is itself
-#: cheap on a window of hits now (~25 NumPy calls, a plain sort of the band keys); the
-#: all-pairs broadcast this name stood for is gone (it was slower from ~13 rows on).
-similar_pairs_small = similar_pairs
-
-
 def default_algorithms(params: FingerprintParams, tfidf_version: str = "") -> Algorithms:
     """``tfidf_version``: the TF-IDF version (``neardup.tfidf.tfidf_version_of``) whose vectors
     ``neardup_mode=tfidf`` compares; empty: none (no hit is grouped in that mode)."""

@@ -7,7 +7,6 @@ import time
 from typing import Any
 
 import msgspec
-import numpy as np
 import pytest
 from elasticsearch import Elasticsearch
 
@@ -202,31 +201,6 @@ def test_raw_values_point_into_the_response() -> None:
     source = hits.hits[0]["_source"]
     at = rawjson._address(source) - rawjson._address(raw)
     assert raw[at:at + len(source)] == bytes(source)
-
-
-# -- small windows: pairs compared directly -------------------------------------------------------
-@pytest.mark.parametrize("mode", ["resemblance", "containment"])
-@pytest.mark.parametrize("threshold", [0.0, 0.3, 0.8, 0.95, 1.0])
-def test_small_window_pairs_agree_with_similar_pairs(mode: str, threshold: float) -> None:
-    from fingerprint import similar_pairs
-    from proxy.fingerprints import similar_pairs_small
-
-    rng = np.random.default_rng(11)
-    for trial in range(60):
-        n = int(rng.integers(2, 70))
-        base = rng.integers(0, 2**63, size=(n, 84), dtype=np.uint64)
-        if trial % 3:   # some rows copy another row's slots, in part
-            for _ in range(int(rng.integers(1, 4))):
-                a, b = rng.integers(0, n, size=2)
-                keep = rng.random(84) < rng.uniform(0.5, 1.0)
-                base[b, keep] = base[a, keep]
-        small = trial % 5 == 0   # few distinct values per slot: many chance agreements
-        signatures = rng.integers(0, 3, size=(n, 84), dtype=np.uint64) if small else base
-        counts = rng.integers(0, 50, size=n)
-        expected = similar_pairs(signatures, counts, threshold, mode)
-        got = similar_pairs_small(signatures, counts, threshold, mode)
-        for e, g in zip(expected, got):
-            assert e.dtype == g.dtype and np.array_equal(e, g)
 
 
 def test_a_number_no_double_holds_passes_through_in_its_source() -> None:
