@@ -64,6 +64,7 @@ they count as new, for the next ``--incremental``.
 from __future__ import annotations
 
 import bisect
+from array import array
 import datetime
 import logging
 import sys
@@ -262,8 +263,13 @@ class Job:
     cut: Cut | None = None
     #: memory strategy: what the run read and computed for every document
     computed: "Computed | None" = None
-    #: aggregate strategy, last pass: (index, _id) -> (``_seq_no`` read, written, primary term)
-    own_writes: dict[tuple[str, str], tuple[int, int, int]] | None = None
+    #: aggregate strategy, last pass: (index, _id) -> (``_seq_no`` and primary term read, written)
+    own_writes: dict[tuple[str, str], tuple[int, int, int, int]] | None = None
+    #: aggregate strategy, key pass: :func:`version_hash` of each version it wrote (while it
+    #: runs: an ``array('q')``; then sorted, unique). Acknowledged before the refresh the
+    #: aggregation rests on, so seen by it even when the cut lies below them (a replica's global
+    #: checkpoint lags the primary's; another writer's request in flight holds back the local one).
+    key_writes: Any = None
 
     @property
     def num_perm(self) -> int:
@@ -285,10 +291,21 @@ class Job:
         if self.computed is not None:
             return self.computed.holds(self.key(doc.index, doc.id), doc.stored)
         if self.own_writes is not None:
+            if self.wrote_in_key_pass(doc.index, doc.id, doc.seq_no, doc.primary_term):
+                return True   # the aggregation saw this version; the last pass found its value right
             written = self.own_writes.get((doc.index, doc.id))
-            return (written is not None and written[0] <= checkpoint
-                    and (written[1], written[2]) == (doc.seq_no, doc.primary_term))
+            return (written is not None and (written[2], written[3]) == (doc.seq_no, doc.primary_term)
+                    and (written[0] <= checkpoint
+                         or self.wrote_in_key_pass(doc.index, doc.id, written[0], written[1])))
         return False
+
+    def wrote_in_key_pass(self, index: str, doc_id: str, seq_no: int, primary_term: int) -> bool:
+        keys = self.key_writes
+        if not isinstance(keys, np.ndarray) or not len(keys):
+            return False
+        wanted = version_hash(index, doc_id, seq_no, primary_term)
+        position = int(np.searchsorted(keys, wanted))
+        return position < len(keys) and int(keys[position]) == wanted
 
     def take_cut(self) -> None:
         """Record the shards' checkpoints (before the refresh the reading rests on)."""
@@ -349,7 +366,8 @@ class Job:
         updater = ClusterUpdater(self.client, self.retrier, _unused_fingerprint_source, SOURCE_FIELDS,
                                  self.config.indexer.max_retries, self.result.stats,
                                  plan={(p.index, p.id): want for p, want in planned},
-                                 with_index=self.settings.with_index, own_writes=self.own_writes)
+                                 with_index=self.settings.with_index, own_writes=self.own_writes,
+                                 written_versions=self.key_writes if isinstance(self.key_writes, array) else None)
         for start in range(0, len(planned), self.options.batch_size):
             updater.write([p for p, _ in planned[start:start + self.options.batch_size]])
             self.progress.tick(self.result.stats)
@@ -404,6 +422,12 @@ def put_cluster_meta(client: Elasticsearch, retrier: Retrier, indices: Sequence[
         root_mappings.setdefault(index, {})["_meta"] = current
 
 
+def version_hash(index: str, doc_id: str, seq_no: int, primary_term: int) -> int:
+    """A signed 64-bit hash of a document version (within this process; a collision, ~N/2^64,
+    could only keep a value the backstop would otherwise withdraw)."""
+    return hash((index, doc_id, seq_no, primary_term))
+
+
 def _unused_fingerprint_source(source: Mapping[str, Any]):  # pragma: no cover - ClusterUpdater overrides its use
     raise AssertionError("not used")
 
@@ -416,14 +440,20 @@ class ClusterUpdater(BulkUpdater):
     plan: dict[tuple[str, str], Planned] = field(default_factory=dict)
     with_index: bool = False
     changed_meanwhile: int = 0
-    #: when given, each acknowledged write: (index, _id) -> (``_seq_no`` read, written, primary term)
-    own_writes: dict[tuple[str, str], tuple[int, int, int]] | None = None
+    #: when given, each acknowledged write: (index, _id) -> (``_seq_no`` and primary term read, written)
+    own_writes: dict[tuple[str, str], tuple[int, int, int, int]] | None = None
+    #: when given, the :func:`version_hash` of each acknowledged write is appended
+    written_versions: "array[int] | None" = None
 
     def _settle(self, item: Pending, answer: Mapping[str, Any], conflicted: list[Pending],
                 again: list[Pending]) -> None:
-        if self.own_writes is not None and 200 <= int(answer.get("status", 0)) < 300 and "_seq_no" in answer:
-            self.own_writes[(item.index, item.id)] = (item.seq_no, int(answer["_seq_no"]),
-                                                      int(answer["_primary_term"]))
+        if ((self.own_writes is not None or self.written_versions is not None)
+                and 200 <= int(answer.get("status", 0)) < 300 and "_seq_no" in answer):
+            seq_no, primary_term = int(answer["_seq_no"]), int(answer["_primary_term"])
+            if self.own_writes is not None:
+                self.own_writes[(item.index, item.id)] = (item.seq_no, item.primary_term, seq_no, primary_term)
+            if self.written_versions is not None:
+                self.written_versions.append(version_hash(item.index, item.id, seq_no, primary_term))
         super()._settle(item, answer, conflicted, again)
 
     def pending_from_hit(self, hit: Mapping[str, Any], **counters: int) -> Pending | None:

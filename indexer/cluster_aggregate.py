@@ -29,6 +29,7 @@ found before, which differ between the strategies).
 from __future__ import annotations
 
 import time
+from array import array
 from typing import Any, Iterator
 
 import numpy as np
@@ -98,7 +99,9 @@ class Forest:
 
 def run_aggregate(job: Job) -> ReportInput:
     started = time.perf_counter()
+    job.key_writes = array("q")   # the key pass's writes: seen by the aggregation whatever the cut
     _write_keys(job)
+    job.key_writes = np.unique(np.frombuffer(job.key_writes, dtype=np.int64))
     job.take_cut()  # the aggregation below sees every write up to it (cluster_backstop)
     job.refresh()
     job.result.seconds["keys"] = time.perf_counter() - started

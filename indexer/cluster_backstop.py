@@ -12,8 +12,8 @@ null, so that they count as new and wait for ``--incremental``) every value it c
 
 **Which documents: per shard, ``_seq_no`` above a cut.** Before the refresh that its reading
 rests on (the first refresh for ``memory``, the one after the keys are written for
-``aggregate``), the run takes, for each shard, the smallest processed local checkpoint (and
-global checkpoint) over its copies (:func:`take_cut`, one ``_stats?level=shards`` request).
+``aggregate``), the run takes, for each shard, the smallest processed local checkpoint over its copies (and
+the primary's global checkpoint; :func:`take_cut`, one ``_stats?level=shards`` request).
 Every operation at or below it was in Lucene on every copy before that refresh, so the run's
 reading saw it; an operation above it may or may not have been seen. ``_seq_no`` counts per
 shard, so the search after the run is per shard (``preference=_shards:N``): documents with
@@ -33,8 +33,11 @@ full second read of the index costs as much as the run's own reading.
   since, values the run did not compute) is withdrawn.
 * ``aggregate`` (no per-document memory): the run records the writes of its last pass (the
   ``_seq_no`` read and the one written; one entry per document written, only the members that
-  join another's cluster on a seeded index). A document stays if its current version is the
-  run's own write of a version at or below the cut (which the aggregation saw). Anything else
+  join another's cluster on a seeded index), and the versions its key pass wrote (a hash each:
+  acknowledged before the refresh the aggregation rests on, they were seen even when the cut
+  lies below them, another writer's request in flight holding the checkpoints back). A
+  document stays if its current version is the key pass's write, or the last pass's write of
+  a version the aggregation saw (at or below the cut, or the key pass's). Anything else
   above the cut is withdrawn, including a document some program touched after the cut without
   changing its fingerprint: safe, it waits for the next ``--incremental``.
 
@@ -81,16 +84,24 @@ Cut = dict[str, dict[int, int]]
 
 
 def take_cut(client: Elasticsearch, retrier: Retrier, index: str) -> Cut:
-    """Per concrete index and shard, the smallest checkpoint over the shard's copies."""
+    """Per concrete index and shard, the smallest local checkpoint over the shard's copies, and
+    not above the primary's global checkpoint (which covers an in-sync copy the statistics
+    missed). A replica's own ``global_checkpoint`` is not used: it is the last one the primary
+    told it, which lags once writes stop (until the next global checkpoint sync, up to
+    ``index.global_checkpoint_sync.interval``), and a cut below the writes acknowledged before
+    the run would withdraw values the run saw. Without a primary in the answer, every copy's
+    global checkpoint counts (lower: only more is read)."""
     body = retrier.call("reading the shards' checkpoints", lambda: client.indices.stats(
         index=index, level="shards", metric="docs",
-        filter_path="indices.*.shards.*.seq_no")).body
+        filter_path=["indices.*.shards.*.seq_no", "indices.*.shards.*.routing.primary"])).body
     cut: Cut = {}
     for name, data in (body.get("indices") or {}).items():
         shards = cut.setdefault(name, {})
         for shard, copies in (data.get("shards") or {}).items():
-            points = [min(int(c["seq_no"]["local_checkpoint"]), int(c["seq_no"]["global_checkpoint"]))
-                      for c in copies if isinstance(c.get("seq_no"), Mapping)]
+            copies = [c for c in copies if isinstance(c.get("seq_no"), Mapping)]
+            points = [int(c["seq_no"]["local_checkpoint"]) for c in copies]
+            primary = [c for c in copies if (c.get("routing") or {}).get("primary") is True]
+            points += [int(c["seq_no"]["global_checkpoint"]) for c in (primary or copies)]
             shards[int(shard)] = min(points) if points else -1
     return cut
 

@@ -10,12 +10,14 @@ request and an :class:`asyncio.Protocol` that collects the answer (``bench/RESUL
 What it does, as RFC 9112 asks of a client:
 
 * keep-alive connections per node, one request at a time on each (no pipelining); a semaphore
-  shared by the nodes bounds the exchanges at once, and so the open connections (more requests
-  wait for a free one);
+  shared by the nodes bounds the exchanges at once (more requests wait for a free one), so
+  each node has at most that many connections in use, plus the idle ones of its pool, which
+  are closed once idle for :data:`KEEPALIVE` seconds;
 * responses framed by ``Transfer-Encoding: chunked`` (Elasticsearch's search answers; chunk
   extensions and trailers are read and dropped), by ``Content-Length``, or by the end of the
   connection; ``HEAD``, 1xx (skipped), 204 and 304 answers have no body;
-* a connection is reused only after a complete answer that did not ask to close it;
+* a connection is reused only after a complete answer that did not ask to close it, and only
+  within :data:`KEEPALIVE` seconds of its last answer;
 * a read timeout: no bytes from the node for ``read_timeout`` seconds fails the exchange.
 
 Errors are exceptions of three kinds, which :mod:`proxy.upstream` maps to 502/504 and retries:
@@ -34,6 +36,9 @@ from urllib.parse import urlsplit
 from multidict import CIMultiDict, CIMultiDictProxy
 
 _NO_BODY_STATUS = (204, 304)
+#: seconds an idle connection is kept for reuse (aiohttp's ``keepalive_timeout`` of the old path):
+#: one idle longer may have been dropped silently on the way (NAT or firewall idle timeouts)
+KEEPALIVE = 30.0
 _MAX_HEAD = 64 * 1024   # status line and headers; aiohttp's client allows 8190 per line
 
 
@@ -79,6 +84,7 @@ class _Connection(asyncio.Protocol):
         self._buffer = bytearray()
         self._head_request = False
         self.reusable = False
+        self.idle_since = 0.0                 # loop time it went back to the pool
         self._reset_message()
 
     # -- the parser's state for one answer -------------------------------------------------
@@ -113,7 +119,9 @@ class _Connection(asyncio.Protocol):
         waiter.set_exception(Broken(reason, self._answered))
 
     def data_received(self, data: bytes) -> None:
-        if self._waiter is None:      # bytes nobody asked for: the connection is not usable
+        # bytes nobody asked for (or waits for any more: cancelled, its task not yet resumed):
+        # the connection is not usable
+        if self._waiter is None or self._waiter.done():
             self.reusable = False
             if self.transport is not None:
                 self.transport.close()
@@ -294,29 +302,42 @@ class Node:
     """The pooled keep-alive connections to one upstream node (``http`` or ``https`` URL)."""
 
     def __init__(self, url: str, slots: asyncio.Semaphore, connect_timeout: float, read_timeout: float,
-                 ssl_context: ssl.SSLContext | bool) -> None:
+                 ssl_context: ssl.SSLContext | bool, keepalive: float = KEEPALIVE) -> None:
         parts = urlsplit(url)
         self.https = parts.scheme == "https"
         self.host = parts.hostname or "localhost"
         self.port = parts.port or (443 if self.https else 80)
+        self._prefix = parts.path.rstrip("/")    # a node behind a gateway under a path
         default_port = 443 if self.https else 80
         host = f"[{self.host}]" if ":" in self.host else self.host
         self._host_line = (f"Host: {host}" + ("" if self.port == default_port else f":{self.port}") + "\r\n")
         self._ssl = _client_ssl(ssl_context) if self.https else None
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
+        self._keepalive = keepalive
         self._idle: list[_Connection] = []
         self._slots = slots    # shared by the nodes of a pool: at most that many exchanges at once
 
     async def exchange(self, method: str, path_qs: str, headers: list[tuple[str, str]],
                        body: bytes | None) -> Reply:
         """Send one request on an idle connection (or a new one) and return the whole answer."""
-        request = _request_bytes(method, path_qs, self._host_line, headers, body)
+        request = _request_bytes(method, self._prefix + path_qs, self._host_line, headers, body)
         async with self._slots:
             connection = self._idle_connection() or await self._connect()
-            reply = await connection.exchange(request, method == "HEAD")
+            try:
+                reply = await connection.exchange(request, method == "HEAD")
+            except BaseException:
+                # Also a cancel that lands after the answer came (the waiter was already done):
+                # the connection is then in step, but nobody would pool or close it.
+                connection.close()
+                raise
             if connection.reusable:
+                now = connection.idle_since = asyncio.get_running_loop().time()
                 self._idle.append(connection)
+                # The stack's bottom is its oldest: after a burst, connections no longer needed
+                # would otherwise stay open as long as traffic keeps the top ones busy.
+                while now - self._idle[0].idle_since > self._keepalive:
+                    self._idle.pop(0).close()
             else:
                 connection.close()
             return reply
@@ -326,8 +347,15 @@ class Node:
             self._idle.pop().close()
 
     def _idle_connection(self) -> _Connection | None:
+        """The most recently used idle connection, unless idle for longer than ``keepalive``
+        (then it and all older ones are closed: the pool is a stack)."""
+        now = asyncio.get_running_loop().time()
         while self._idle:
             connection = self._idle.pop()
+            if now - connection.idle_since > self._keepalive:
+                connection.close()
+                self.close()
+                return None
             if connection.transport is not None and not connection.transport.is_closing():
                 return connection
         return None

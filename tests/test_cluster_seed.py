@@ -624,3 +624,60 @@ def test_seeds_of_a_killed_worker_are_withdrawn_by_the_first_cluster_run(es, es_
     assert placed["new_documents"] == 2
     final = values(es, index)
     assert final["late"]["cluster"] == "s00" and final["x"]["cluster"] == "s01"
+
+
+
+def test_the_cut_is_not_held_back_by_a_replicas_stale_global_checkpoint():
+    """Once writes stop, a replica keeps the global checkpoint the primary last told it (until the
+    next sync, up to 30 s): below the writes acknowledged before the run. The cut must not use
+    it, or the aggregate strategy withdraws values it saw (the indexer's seeds, its own keys)."""
+    from indexer.cluster_backstop import take_cut
+
+    def copy(primary: bool, local: int, global_: int) -> dict[str, Any]:
+        return {"routing": {"primary": primary},
+                "seq_no": {"max_seq_no": local, "local_checkpoint": local, "global_checkpoint": global_}}
+
+    stats = {"indices": {"i": {"shards": {"0": [copy(True, 99, 99), copy(False, 99, 40)],
+                                          "1": [copy(False, 50, 10), copy(True, 60, 55)],
+                                          "2": [copy(False, 7, 3)]}}}}
+
+    class Client:
+        class indices:  # noqa: N801 - the client's namespace
+            @staticmethod
+            def stats(**kwargs: Any) -> Any:
+                return type("Answer", (), {"body": stats})()
+
+    class Once:
+        @staticmethod
+        def call(what: str, fn: Callable[[], Any]) -> Any:
+            return fn()
+
+    # the smallest local checkpoint, not above the primary's global one; no primary: every copy's
+    assert take_cut(Client(), Once(), "i") == {"i": {0: 99, 1: 50, 2: 3}}  # type: ignore[arg-type]
+
+
+@pytest.mark.es
+@pytest.mark.parametrize("mode", ["memory", "aggregate"])
+def test_a_cut_below_the_runs_own_writes_withdraws_none_of_them(es, es_url, new_index, monkeypatch, mode):
+    """Another writer's request in flight since before the run holds every copy's local
+    checkpoint back: the cut then lies below what the run itself wrote. A lower cut must only
+    cost reading more: the aggregate strategy's key pass (acknowledged before the refresh the
+    aggregation rests on, so seen by it) and the last pass's writes of those versions stay."""
+    docs = stories(10)
+    index = new_index(docs)
+    neardup_json(es, es_url, "index", "--index", index)
+    config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
+    run_cluster(config, ClusterOptions(index=index, threshold=THRESHOLD, mode=mode), progress=Progress())
+    # a wrong value the next run's last pass rewrites (on the version its key pass wrote)
+    es.update(index=index, id="s05", doc={FIELD: {"cluster": "wrong"}}, refresh=True)
+    take_cut = cluster_module.take_cut
+    before_run = take_cut(es, Retrier(es_url, 3), index)   # held there while the run writes
+
+    monkeypatch.setattr(cluster_module, "take_cut", lambda *args, **kwargs: before_run)
+    # another threshold: other bands, so the key pass rewrites every document
+    result = run_cluster(config, ClusterOptions(index=index, threshold=0.7, mode=mode), progress=Progress())
+    assert result.stats.failed == 0 and result.stats.updated >= len(docs)
+    assert result.withdrawn_unexamined == 0
+    assert es.count(index=index, query=missing_clusters_query())["count"] == 0
+    stored = values(es, index)
+    assert stored["s00-copy"]["cluster"] == "s00" and stored["s05"]["cluster"] == "s05"
