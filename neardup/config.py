@@ -93,6 +93,11 @@ class ProxyConfig(_Section):
     #: ``es_rejected_execution_exception`` (clients retry it), never sent upstream. 0: no limit.
     #: ``/_neardup/health`` and ``/_neardup/metrics`` are never refused.
     max_in_flight: Annotated[int, Field(ge=0, le=1_000_000)] = 512
+    #: A search's first window of at least this many hits is fetched as two concurrent halves
+    #: when the worker has no other request in flight: Elasticsearch fetches them on two
+    #: threads, which cuts the latency of large pages on an idle proxy (one more query phase
+    #: upstream; never under load). 0: never.
+    split_fetch_min_hits: Annotated[int, Field(ge=0, le=1_000_000)] = 40
     #: Serve the search playground page at ``/_neardup/`` (404 when off).
     playground: bool = False
     #: Refuse (403) every request that could write: see :mod:`proxy.access`.

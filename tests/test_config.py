@@ -77,6 +77,7 @@ def test_empty_file_gives_defaults(tmp_path):
     ("[proxy]\nport = 70000", ["proxy.port", "70000", "less than or equal to 65535"]),
     ("[upstream]\nrequest_timeout = 0", ["upstream.request_timeout", "0", "greater than 0"]),
     ("[indexer]\nbatch_size = 0", ["indexer.batch_size", "0", "greater than or equal to 1"]),
+    ("[proxy]\nsplit_fetch_min_hits = -1", ["proxy.split_fetch_min_hits", "-1", "greater than or equal to 0"]),
     ("[fingerprint]\nshingle_size = 0", ["fingerprint.shingle_size", "0", "from 1 to 32"]),
     ("[fingerprint]\nseed = -1", ["fingerprint.seed", "-1", "from 0 to 4294967295"]),
     # not one of the allowed words

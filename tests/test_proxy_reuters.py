@@ -131,3 +131,62 @@ def test_msearch_on_reuters_equals_single_searches(pes: Elasticsearch, reuters: 
     for single, item in zip(searches, multi["responses"]):
         alone = pes.search(index=reuters.index, **single).body
         assert [members_of(h) for h in item["hits"]["hits"]] == [members_of(h) for h in alone["hits"]["hits"]]
+
+
+# -- an idle worker fetches a large first window as two concurrent halves -----------------------
+def _fetches(es: Elasticsearch, index: str) -> int:
+    """Fetch phases run on the index (a ``_count`` the proxy may send has none)."""
+    return es.indices.stats(index=index, metric="search")["_all"]["primaries"]["search"]["fetch_total"]
+
+
+def _without_took(response: dict) -> dict:
+    return {k: v for k, v in response.items() if k != "took"}
+
+
+def test_a_split_first_window_gives_the_same_pages_as_one_request(
+        es: Elasticsearch, es_url: str, pes: Elasticsearch, reuters: Reuters) -> None:
+    """``proxy.split_fetch_min_hits`` (default 40): the halves are two upstream searches (more
+    fetch phases in Elasticsearch's own search statistics), and the page, groups, totals and aggregations are
+    exactly those of the same search fetched in one request."""
+    from tests.test_proxy_support import ProxyThread, make_config
+
+    texts = [t for t, _, _ in queries_with_known_duplicates(reuters, 3)]
+    searches = [dict(query={"match": {"body": t}}, size=100, aggs={"longest": {"max": {"field": "neardup.n"}}})
+                for t in texts] + [dict(query={"match": {"body": texts[0]}}, from_=30, size=30),
+                                   dict(query={"match": {"title": texts[1]}}, size=40, source=["title"])]
+    with ProxyThread(make_config(es_url, proxy={"split_fetch_min_hits": 0})) as whole:
+        one = whole.client()
+        try:
+            for search in searches:
+                before = _fetches(es, reuters.index)
+                split = pes.search(index=reuters.index, **search).body
+                split_fetches = _fetches(es, reuters.index) - before
+                before = _fetches(es, reuters.index)
+                single = one.search(index=reuters.index, **search).body
+                single_fetches = _fetches(es, reuters.index) - before
+                # Fetch phases count per shard that holds page hits: the halves add at least one.
+                assert split_fetches > single_fetches, "the first window came as two halves"
+                assert _without_took(split) == _without_took(single)
+                assert split["neardup"]["groups"] == len(split["hits"]["hits"]) > 0
+        finally:
+            one.close()
+
+
+def test_small_windows_are_never_split(es: Elasticsearch, es_url: str, pes: Elasticsearch,
+                                      reuters: Reuters) -> None:
+    text = queries_with_known_duplicates(reuters, 1)[0][0]
+    from tests.test_proxy_support import ProxyThread, make_config
+
+    query = {"match": {"body": text}}
+    with ProxyThread(make_config(es_url, proxy={"split_fetch_min_hits": 0})) as whole:
+        one = whole.client()
+        try:
+            for size in (10, 30):   # windows of 13 and 36 hits: below 40
+                before = _fetches(es, reuters.index)
+                page = pes.search(index=reuters.index, query=query, size=size).body
+                split_fetches = _fetches(es, reuters.index) - before
+                before = _fetches(es, reuters.index)
+                one.search(index=reuters.index, query=query, size=size)
+                assert split_fetches == _fetches(es, reuters.index) - before and page["neardup"]["complete"]
+        finally:
+            one.close()

@@ -322,3 +322,20 @@ def test_jsonio_digit_run_scan_agrees_with_the_plain_scan() -> None:
         raw = bytes(rng.choice(b"0123456789 ,-x") for _ in range(rng.randint(0, 200)))
         raw = raw * rng.randint(1, 40)
         assert jsonio._has_digit_run(raw) == (jsonio._LONG_RUN in raw.translate(jsonio._DIGIT_MAP)), raw
+
+
+def test_a_first_window_is_split_in_halves_only_on_an_idle_worker() -> None:
+    from types import SimpleNamespace
+
+    from proxy.searching import _halves
+
+    def state(least: int, in_flight: int) -> object:
+        return SimpleNamespace(config=SimpleNamespace(proxy=SimpleNamespace(split_fetch_min_hits=least)),
+                               metrics=SimpleNamespace(in_flight=in_flight))
+
+    assert _halves(state(40, 1), 0, 112) == [(0, 56), (56, 56)]
+    assert _halves(state(40, 1), 0, 41) == [(0, 21), (21, 20)]
+    assert _halves(state(40, 1), 0, 39) == [(0, 39)]          # small: one request
+    assert _halves(state(40, 2), 0, 112) == [(0, 112)]        # another request in flight: under load
+    assert _halves(state(40, 1), 112, 112) == [(112, 112)]    # a later round
+    assert _halves(state(0, 1), 0, 1000) == [(0, 1000)]       # switched off
