@@ -12,9 +12,10 @@
    interleaved in small chunks so a busy shared machine affects both alike: 1 and 32 concurrent
    clients × ``size`` 10 and 100. Requests per second, p50 and p99 latency for both, and the
    ratios.
-   The *floor*, a do-nothing aiohttp proxy (read the body, one pooled upstream request, answer
-   with the upstream bytes), is driven the same way in the same chunks: what any Python proxy
-   costs on this machine before it does any work.
+   The *floor*, a do-nothing proxy on neardup's own stack (aiohttp's server reads the body, one
+   pooled upstream exchange over ``proxy.http1``, the upstream bytes answered), is driven the
+   same way in the same chunks: what the proxy's hop costs on this machine before it does any
+   work. (Until session 4 the floor used aiohttp's client, as the proxy did then.)
 4. **CPU.** utime+stime of the proxy process, the floor process and the Elasticsearch process
    (``/proc/<pid>/stat``; the node's pid from ``GET _nodes/_local/process``) over each run,
    divided by the number of requests. The load generator, the proxy and Elasticsearch share the
@@ -109,29 +110,33 @@ def start_proxy(es_url: str, workers: int = 1) -> tuple[subprocess.Popen[str], s
     return process, match.group(1), pids
 
 
-#: The least any aiohttp proxy does per request: read the body, one pooled upstream request,
-#: answer with the upstream bytes. Run as ``python bench/proxy.py --floor-server PORT ES_URL``.
+#: The least a proxy on neardup's own stack does per request: aiohttp's server reads the body,
+#: one pooled upstream exchange over :mod:`proxy.http1` (the client the collapsed searches use),
+#: the upstream bytes answered as they came. Run as
+#: ``python bench/proxy.py --floor-server PORT ES_URL``.
 def floor_server(port: int, es_url: str) -> None:
+    import ssl
+
     from aiohttp import web
+
+    from proxy import http1
 
     async def init() -> web.Application:
         app = web.Application()
-        sessions: dict[str, aiohttp.ClientSession] = {}
+        nodes: dict[str, http1.Node] = {}
 
         async def start(app: web.Application) -> None:
-            # Like neardup proxy: no Accept-Encoding of its own, so Elasticsearch does not gzip.
-            sessions["s"] = aiohttp.ClientSession(auto_decompress=False, skip_auto_headers=("Accept-Encoding",))
+            nodes["n"] = http1.Node(es_url, asyncio.Semaphore(100), 5.0, 60.0, ssl.create_default_context())
 
         async def handle(request: web.Request) -> web.Response:
             body = await request.read()
-            async with sessions["s"].request(request.method, es_url + request.raw_path, data=body,
-                                             headers={"Content-Type": "application/json"}) as up:
-                data = await up.read()
-                return web.Response(body=data, status=up.status,
-                                    headers={"Content-Type": up.headers["Content-Type"]})
+            reply = await nodes["n"].exchange(request.method, request.raw_path,
+                                              [("Content-Type", "application/json")], body)
+            return web.Response(body=reply.body, status=reply.status,
+                                headers={"Content-Type": reply.headers["Content-Type"]})
 
         async def stop(app: web.Application) -> None:
-            await sessions["s"].close()
+            nodes["n"].close()
 
         app.on_startup.append(start)
         app.on_cleanup.append(stop)
@@ -276,8 +281,9 @@ def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str,
     lines = [SECTION, "", f"Command: `{command}`", "",
              f"Reuters-21578 ({total_docs} stories) enriched by `neardup index`, one shard; `match` on "
              "`title` with three words of a real title; every setting sends the same queries "
-             f"directly, through `neardup proxy` ({workers} worker{'s' if workers > 1 else ''}) and through the *floor* (a do-nothing aiohttp "
-             "proxy: read the body, one pooled upstream request, answer with the upstream bytes), "
+             f"directly, through `neardup proxy` ({workers} worker{'s' if workers > 1 else ''}) and through the *floor* (a do-nothing proxy "
+             "on the same stack: aiohttp's server reads the body, one pooled upstream exchange over `proxy.http1`, "
+             "the upstream bytes answered), "
              "interleaved in chunks of 20 (1 client) or 100 (32 clients) queries. Load generator, proxies "
              "and Elasticsearch share the 2 cores. CPU per request from `/proc/<pid>/stat`. "
              f"Load average at the start: {load_before}, at the end: {os.getloadavg()[0]:.1f} "
