@@ -114,13 +114,12 @@ def _check_and_read(hits: Sequence[Any], start: int, channel: Channel, stored: l
     read_raw = source_fingerprint
     for position in range(start, len(hits)):
         hit = hits[position]
-        if type(hit) is not dict and not isinstance(hit, dict):
+        if not isinstance(hit, dict):
             raise CollapseError(f"hit {position} is not an object")
         get = hit.get
         # The proxy adds to these: they must be objects.
         fields, inner = get("fields", _OBJECT), get("inner_hits", _OBJECT)
-        if (type(fields) is not dict or type(inner) is not dict) and \
-                (not isinstance(fields, dict) or not isinstance(inner, dict)):
+        if not isinstance(fields, dict) or not isinstance(inner, dict):
             key = "fields" if not isinstance(fields, dict) else "inner_hits"
             raise CollapseError(f"hit {position} has a {key} that is not an object")
         if stored is None:
@@ -241,25 +240,15 @@ def build_page(hits: Sequence[dict[str, Any]], groups: list[list[int]], start: i
     collapsed = 0
     for members in groups[start:start + size]:
         top = hits[members[0]]
-        if len(members) > 1:
-            others = [hits[m] for m in members[1:]]
-            collapsed += len(others)
-            total: Any = len(others) if total_as_int else {"value": len(others), "relation": "eq"}
-            best = _max_score(others)
-        else:
-            others, best = [], None
-            total = 0 if total_as_int else {"value": 0, "relation": "eq"}
-        # set_field(top, GROUP_FIELD, [group_key(top)]) and a copy of inner_hits, inlined (once
-        # per group on the page; most hits have neither fields nor inner_hits)
-        get = top.get
-        key = [f"{get('_index', '')}/{get('_id', '')}"]
-        fields = get("fields")
-        top["fields"] = {GROUP_FIELD: key} if fields is None else \
-            {**(fields if isinstance(fields, dict) else _OBJECT), GROUP_FIELD: key}
-        folded = {"hits": {"total": total, "max_score": best, "hits": others}}
-        inner = get("inner_hits")
-        top["inner_hits"] = {INNER_HITS_NAME: folded} if inner is None else \
-            {**(inner if isinstance(inner, dict) else _OBJECT), INNER_HITS_NAME: folded}
+        others = [hits[m] for m in members[1:]] if len(members) > 1 else []
+        collapsed += len(others)
+        total: Any = len(others) if total_as_int else {"value": len(others), "relation": "eq"}
+        set_field(top, GROUP_FIELD, [group_key(top)])
+        inner = top.get("inner_hits")
+        inner = dict(inner) if isinstance(inner, dict) else {}
+        inner[INNER_HITS_NAME] = {"hits": {"total": total, "max_score": _max_score(others) if others else None,
+                                           "hits": others}}
+        top["inner_hits"] = inner
         page.append(top)
     return Page(page, len(page), collapsed, len(groups))
 

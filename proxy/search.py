@@ -233,14 +233,7 @@ class Window:
         seen, kept = self._seen, self.hits
         before = len(kept)
         for hit in page:
-            if type(hit) is dict:   # _identity(hit), inlined for the usual hit (once per hit and round)
-                get = hit.get
-                index, doc_id, routing = key = (get("_index"), get("_id"), get("_routing"))
-                if type(doc_id) is not str or (index is not None and type(index) is not str) \
-                        or (routing is not None and type(routing) is not str):
-                    key = _identity(hit)
-            else:
-                key = _identity(hit)
+            key = _identity(hit)
             if key is not None:
                 if key in seen:
                     continue
