@@ -42,6 +42,11 @@ KEEPALIVE = 30.0
 _MAX_HEAD = 64 * 1024   # status line and headers; aiohttp's client allows 8190 per line
 
 
+def no_connection_within(seconds: float) -> str:
+    """The reason given for a node that did not take a connection in time (both upstream paths)."""
+    return f"no connection within {seconds:g} s (upstream.connect_timeout)"
+
+
 class ConnectFailed(Exception):
     """No connection to the node (refused, unreachable, TLS failure, no answer to the SYN in time)."""
 
@@ -275,7 +280,7 @@ class _Connection(asyncio.Protocol):
                 size = int(size_text, 16)
             except ValueError:
                 raise _Malformed("chunk size") from None
-            if size < 0 or not size_text.isalnum():
+            if not size_text.isalnum():   # int() also takes signs, "_" and spaces
                 raise _Malformed("chunk size")
             position = end + 2
             if size == 0:
@@ -305,10 +310,10 @@ class Node:
                  ssl_context: ssl.SSLContext | bool, keepalive: float = KEEPALIVE) -> None:
         parts = urlsplit(url)
         self.https = parts.scheme == "https"
-        self.host = parts.hostname or "localhost"
-        self.port = parts.port or (443 if self.https else 80)
-        self._prefix = parts.path.rstrip("/")    # a node behind a gateway under a path
         default_port = 443 if self.https else 80
+        self.host = parts.hostname or "localhost"
+        self.port = parts.port or default_port
+        self._prefix = parts.path.rstrip("/")    # a node behind a gateway under a path
         host = f"[{self.host}]" if ":" in self.host else self.host
         self._host_line = (f"Host: {host}" + ("" if self.port == default_port else f":{self.port}") + "\r\n")
         self._ssl = _client_ssl(ssl_context) if self.https else None
@@ -367,9 +372,8 @@ class Node:
                 lambda: _Connection(loop, self._read_timeout), self.host, self.port,
                 ssl=self._ssl, server_hostname=self.host if self._ssl else None), self._connect_timeout)
         except asyncio.TimeoutError:
-            raise ConnectFailed(f"no connection within {self._connect_timeout:g} s "
-                                "(upstream.connect_timeout)") from None
-        except (OSError, ssl.SSLError) as exc:
+            raise ConnectFailed(no_connection_within(self._connect_timeout)) from None
+        except OSError as exc:   # ssl.SSLError (a failed handshake or verification) is one too
             raise ConnectFailed(getattr(exc, "strerror", None) or str(exc) or type(exc).__name__) from None
         return connection
 

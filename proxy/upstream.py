@@ -54,10 +54,6 @@ class _Broken(Exception):
     """The connection broke before any answer: a read may be sent once more."""
 
 
-def _connect_timeout_message(seconds: float) -> str:
-    return f"no connection within {seconds:g} s (upstream.connect_timeout)"
-
-
 def ssl_context(config: UpstreamConfig) -> ssl.SSLContext | bool:
     """TLS settings for https upstreams: the CA bundle, verification on unless switched off."""
     if not any(url.startswith("https:") for url in config.url_strings):
@@ -121,7 +117,7 @@ class Upstream:
             except aiohttp.ClientConnectorError as exc:
                 raise _Unreachable(exc.os_error.strerror or str(exc) if exc.os_error else str(exc)) from None
             except aiohttp.ConnectionTimeoutError:
-                raise _Unreachable(_connect_timeout_message(self.config.connect_timeout)) from None
+                raise _Unreachable(http1.no_connection_within(self.config.connect_timeout)) from None
             except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
                 raise errors.upstream_timeout(self.config.request_timeout) from None
             except aiohttp.ClientError as exc:
@@ -132,8 +128,8 @@ class Upstream:
 
     async def exchange(self, method: str, path_qs: str, headers: list[tuple[str, str]],
                        body: bytes | None = None) -> http1.Reply:
-        """One request whose body is in memory, and the whole answer: what :meth:`send` and
-        :meth:`read` do, with the same failover, 502 and 504, over :mod:`proxy.http1`'s leaner
+        """One request whose body is in memory, and its whole answer: :meth:`send` with the
+        answer read, the same failover, 502 and 504, over :mod:`proxy.http1`'s leaner
         connections (the search path's hot loop)."""
         async def attempt(url: str) -> http1.Reply:
             try:
