@@ -32,7 +32,7 @@ from indexer.retry import Retrier
 from indexer.stats import JobStats
 from indexer.writer import BulkUpdater
 from indexer.job import fingerprint_function
-from neardup.config import load_config
+from neardup.config import Config, load_config
 from neardup.corpora import reuters_documents
 from proxy.pushdown import missing_clusters_query
 from tests.plugins.corpora import neardup_json
@@ -110,6 +110,19 @@ def new_index(es: Elasticsearch) -> Iterator[Callable[..., str]]:
     yield make
     for name in names:
         es.options(ignore_status=404).indices.delete(index=name)
+
+
+@pytest.fixture
+def config(es_url: str) -> Config:
+    return load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
+
+
+@pytest.fixture
+def client(config: Config) -> Iterator[Elasticsearch]:
+    """The indexer's own client (its retries and timeouts), closed after the test."""
+    made = make_client(config.upstream)
+    yield made
+    made.close()
 
 
 def values(es: Elasticsearch, index: str) -> dict[str, dict[str, Any]]:
@@ -234,11 +247,10 @@ def read_hits(client: Elasticsearch, index: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.es
-def test_seeds_are_withdrawn_when_clusters_appear_between_the_check_and_the_acknowledgement(es, es_url, new_index):
+def test_seeds_are_withdrawn_when_clusters_appear_between_the_check_and_the_acknowledgement(es, es_url, new_index,
+                                                                                           client):
     docs = stories(20)
     index = index_with_cluster_fields(es, new_index, docs)
-    config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
-    client = make_client(config.upstream)
     first = [d["id"] for d in docs[:10]]
 
     def meanwhile() -> None:
@@ -248,16 +260,13 @@ def test_seeds_are_withdrawn_when_clusters_appear_between_the_check_and_the_ackn
         es.update(index=index, id="s01", doc={FIELD: {"cluster": "s09"}})
         put_clusters_meta(es, index)
 
-    try:
-        interposed = Interposed(client, meanwhile)
-        seeder, updater, stats = seeded_updater(interposed, Retrier(es_url, 3), index)
-        hits = {h["_id"]: h for h in read_hits(client, index)}
-        updater.write([updater.pending_from_hit(hits[i]) for i in first])
-        assert not seeder.seeding and seeder.checks == 1
-        updater.write([updater.pending_from_hit(hits[d["id"]]) for d in docs[10:]])
-        assert seeder.checks == 1  # no seeds, nothing to check
-    finally:
-        client.close()
+    interposed = Interposed(client, meanwhile)
+    seeder, updater, stats = seeded_updater(interposed, Retrier(es_url, 3), index)
+    hits = {h["_id"]: h for h in read_hits(client, index)}
+    updater.write([updater.pending_from_hit(hits[i]) for i in first])
+    assert not seeder.seeding and seeder.checks == 1
+    updater.write([updater.pending_from_hit(hits[d["id"]]) for d in docs[10:]])
+    assert seeder.checks == 1  # no seeds, nothing to check
     es.indices.refresh(index=index)
     stored = values(es, index)
     assert stats.updated == len(docs) and stats.failed == 0
@@ -271,32 +280,25 @@ def test_seeds_are_withdrawn_when_clusters_appear_between_the_check_and_the_ackn
 
 
 @pytest.mark.es
-def test_a_seeded_request_acknowledged_before_the_clusters_appeared_keeps_its_seeds(es, es_url, new_index):
+def test_a_seeded_request_acknowledged_before_the_clusters_appeared_keeps_its_seeds(es, es_url, new_index, client):
     docs = stories(8)
     index = index_with_cluster_fields(es, new_index, docs)
-    config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
-    client = make_client(config.upstream)
-    try:
-        seeder, updater, stats = seeded_updater(client, Retrier(es_url, 3), index)
-        hits = read_hits(client, index)
-        updater.write([updater.pending_from_hit(h) for h in hits[:4]])
-        assert seeder.seeding and seeder.checks == 1
-        put_clusters_meta(es, index)  # the cluster job starts after the check: it will see them
-        updater.write([updater.pending_from_hit(h) for h in hits[4:]])  # seeded, then withdrawn
-        assert not seeder.seeding and seeder.withdrawn == len(hits) - 4
-    finally:
-        client.close()
+    seeder, updater, stats = seeded_updater(client, Retrier(es_url, 3), index)
+    hits = read_hits(client, index)
+    updater.write([updater.pending_from_hit(h) for h in hits[:4]])
+    assert seeder.seeding and seeder.checks == 1
+    put_clusters_meta(es, index)  # the cluster job starts after the check: it will see them
+    updater.write([updater.pending_from_hit(h) for h in hits[4:]])  # seeded, then withdrawn
+    assert not seeder.seeding and seeder.withdrawn == len(hits) - 4
     es.indices.refresh(index=index)
     stored = values(es, index)
     assert sorted(k for k, v in stored.items() if v.get("cluster") == k) == sorted(h["_id"] for h in hits[:4])
 
 
 @pytest.mark.es
-def test_load_withdraws_its_seeds_when_clusters_appear_meanwhile(es, es_url):
+def test_load_withdraws_its_seeds_when_clusters_appear_meanwhile(es, es_url, client):
     docs = stories(10)
     index = f"cluster-seed-{uuid.uuid4().hex[:8]}"
-    config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
-    client = make_client(config.upstream)
     try:
         interposed = Interposed(client, lambda: put_clusters_meta(es, index))
         loader = Loader(interposed, Retrier(es_url, 3), FP,  # type: ignore[arg-type]
@@ -310,12 +312,11 @@ def test_load_withdraws_its_seeds_when_clusters_appear_meanwhile(es, es_url):
         assert all(v.get("cluster") is None and v["v"] == FP.version for v in stored.values())
         assert es.count(index=index, query=missing_clusters_query())["count"] == len(docs)
     finally:
-        client.close()
         es.options(ignore_status=404).indices.delete(index=index)
 
 
 @pytest.mark.es
-def test_the_cluster_job_records_building_before_it_reads(es, es_url, new_index, monkeypatch):
+def test_the_cluster_job_records_building_before_it_reads(es, es_url, new_index, monkeypatch, config):
     index = new_index(stories(6))
     neardup_json(es, es_url, "index", "--index", index)
     seen: list[Any] = []
@@ -326,7 +327,6 @@ def test_the_cluster_job_records_building_before_it_reads(es, es_url, new_index,
         return read_table(job, *args, **kwargs)
 
     monkeypatch.setattr(cluster_module.Job, "read_table", spying)
-    config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
     result = run_cluster(config, ClusterOptions(index=index, threshold=THRESHOLD, mode="memory"), progress=Progress())
     assert seen == ["building"] and result.stats.failed == 0
     assert es.indices.get_mapping(index=index)[index]["mappings"]["_meta"][META_KEY]["state"] == "ready"
@@ -453,7 +453,7 @@ def test_a_seed_applied_by_a_timed_out_attempt_is_withdrawn_when_the_resend_carr
 
 @pytest.mark.es
 @pytest.mark.parametrize("clustered", [True, False])
-def test_load_drops_the_cluster_values_a_line_brings(es, es_url, clustered):
+def test_load_drops_the_cluster_values_a_line_brings(es, es_url, client, clustered):
     """A line exported from another index holds that index's ``cluster``/``bands``: loaded, they
     would make the document count as clustered (and fold it into an unrelated group)."""
     docs = stories(3)[:3]
@@ -467,8 +467,6 @@ def test_load_drops_the_cluster_values_a_line_brings(es, es_url, clustered):
     other[FIELD] = {**FP.fingerprint_fields(["something else entirely"]).to_source(), **foreign}
     lines.append(other)  # another fingerprint
     lines.append({"id": "no-text", "title": 7, FIELD: dict(foreign)})  # no text: no fingerprint
-    config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
-    client = make_client(config.upstream)
     try:
         options = LoadOptions(index=index, fields=tuple(FIELDS), seed_threshold=THRESHOLD)
         if clustered:
@@ -477,9 +475,6 @@ def test_load_drops_the_cluster_values_a_line_brings(es, es_url, clustered):
         loader = Loader(client, Retrier(es_url, 3), FP, options, io.StringIO())
         result = loader.run(io.BytesIO("".join(json.dumps(d) + "\n" for d in lines).encode()))
         assert result.loaded == len(lines) and result.failures.total == 0
-    finally:
-        client.close()
-    try:
         es.indices.refresh(index=index)
         stored = values(es, index)
         assert stored[docs[1]["id"]]["keep"] == 1
@@ -496,7 +491,7 @@ def test_load_drops_the_cluster_values_a_line_brings(es, es_url, clustered):
 
 
 @pytest.mark.es
-def test_the_cluster_job_fails_if_building_is_not_acknowledged(es, es_url, new_index, monkeypatch):
+def test_the_cluster_job_fails_if_building_is_not_acknowledged(es, es_url, new_index, monkeypatch, config):
     """The seed protocol relies on `building` being applied on every node before the refresh."""
     from elastic_transport import ObjectApiResponse
 
@@ -525,13 +520,12 @@ def test_the_cluster_job_fails_if_building_is_not_acknowledged(es, es_url, new_i
             return getattr(self._real, name)
 
     monkeypatch.setattr(cluster_module, "make_client", lambda upstream: Unacknowledged(real_make_client(upstream)))
-    config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
     with pytest.raises(JobError, match="did not acknowledge recording `building`"):
         run_cluster(config, ClusterOptions(index=index, threshold=THRESHOLD, mode="memory"), progress=Progress())
 
 
 @pytest.mark.es
-def test_withdrawn_seeds_are_not_visible_to_searches_after_the_job(es, es_url, new_index):
+def test_withdrawn_seeds_are_not_visible_to_searches_after_the_job(es, es_url, new_index, client):
     """A refresh between the seeded write and its withdrawal makes the seed searchable: the
     withdrawal is refreshed, so the proxy never sees it afterwards (no automatic refreshes here)."""
     docs = stories(4)
@@ -542,14 +536,9 @@ def test_withdrawn_seeds_are_not_visible_to_searches_after_the_job(es, es_url, n
         put_clusters_meta(es, index)
         es.indices.refresh(index=index)  # the seeds are searchable now
 
-    config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
-    client = make_client(config.upstream)
-    try:
-        interposed = Interposed(client, cluster_run_starts)
-        seeder, updater, stats = seeded_updater(interposed, Retrier(es_url, 3), index)
-        updater.write([updater.pending_from_hit(h) for h in read_hits(client, index)])
-    finally:
-        client.close()
+    interposed = Interposed(client, cluster_run_starts)
+    seeder, updater, stats = seeded_updater(interposed, Retrier(es_url, 3), index)
+    updater.write([updater.pending_from_hit(h) for h in read_hits(client, index)])
     assert seeder.withdrawn == len(docs) and stats.failed == 0
     # no refresh here: what a search sees right after the job
     assert es.count(index=index, query={"exists": {"field": f"{FIELD}.cluster"}})["count"] == 0
@@ -565,7 +554,7 @@ def near_copy(doc: dict[str, Any], doc_id: str, word: str = "qwzrt") -> dict[str
 
 @pytest.mark.es
 @pytest.mark.parametrize("mode", ["memory", "aggregate"])
-def test_seeds_of_a_killed_worker_are_withdrawn_by_the_first_cluster_run(es, es_url, new_index, monkeypatch, mode):
+def test_seeds_of_a_killed_worker_are_withdrawn_by_the_first_cluster_run(es, es_url, new_index, monkeypatch, mode, config):
     """An indexer worker killed between a seeded request's acknowledgement and its check (or
     whose check fails: the node is unreachable) leaves seeds that no check withdraws. Written
     after the first cluster run's point in time, the run never examined them: ``late`` (a new
@@ -609,7 +598,6 @@ def test_seeds_of_a_killed_worker_are_withdrawn_by_the_first_cluster_run(es, es_
             write_clusters(job, renamed)
 
         monkeypatch.setattr(cluster_aggregate, "_write_clusters", writing)
-    config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
     result = run_cluster(config, ClusterOptions(index=index, threshold=THRESHOLD, mode=mode), progress=Progress())
     assert result.stats.failed == 0
     assert es.indices.get_mapping(index=index)[index]["mappings"]["_meta"][META_KEY]["state"] == "ready"
@@ -658,7 +646,7 @@ def test_the_cut_is_not_held_back_by_a_replicas_stale_global_checkpoint():
 
 @pytest.mark.es
 @pytest.mark.parametrize("mode", ["memory", "aggregate"])
-def test_a_cut_below_the_runs_own_writes_withdraws_none_of_them(es, es_url, new_index, monkeypatch, mode):
+def test_a_cut_below_the_runs_own_writes_withdraws_none_of_them(es, es_url, new_index, monkeypatch, mode, config):
     """Another writer's request in flight since before the run holds every copy's local
     checkpoint back: the cut then lies below what the run itself wrote. A lower cut must only
     cost reading more: the aggregate strategy's key pass (acknowledged before the refresh the
@@ -666,7 +654,6 @@ def test_a_cut_below_the_runs_own_writes_withdraws_none_of_them(es, es_url, new_
     docs = stories(10)
     index = new_index(docs)
     neardup_json(es, es_url, "index", "--index", index)
-    config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
     run_cluster(config, ClusterOptions(index=index, threshold=THRESHOLD, mode=mode), progress=Progress())
     # a wrong value the next run's last pass rewrites (on the version its key pass wrote)
     es.update(index=index, id="s05", doc={FIELD: {"cluster": "wrong"}}, refresh=True)
