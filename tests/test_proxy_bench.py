@@ -1,0 +1,82 @@
+"""bench/proxy.py's *bare* collapse is a lower bound for the proxy only if it does the same
+grouping: it must fold exactly the hits ``proxy.collapse.group`` folds, keep the heads in rank
+order and stop at ``size`` groups. Checked on search answers built from real Reuters stories and
+edited copies of them (no Elasticsearch: the answer's shape is Elasticsearch's)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from fingerprint import Fingerprinter, FingerprintParams
+from neardup.corpora import reuters_documents
+from proxy import collapse
+from proxy.fingerprints import default_algorithms
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "proxy.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_proxy", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module   # msgspec resolves the Structs' annotations through it
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+@pytest.fixture(scope="module")
+def stories() -> list[str]:
+    texts = [d["body"] for d in reuters_documents() if len(d.get("body", "").split()) > 80]
+    return random.Random(5).sample(texts, 40)
+
+
+def _edited(text: str, rng: random.Random) -> str:
+    """A reprint: a few words dropped (resemblance stays high)."""
+    words = text.split()
+    for _ in range(2):
+        del words[rng.randrange(len(words))]
+    return " ".join(words)
+
+
+def _answer(stories: list[str], rng: random.Random, hits: int) -> tuple[bytes, list[dict]]:
+    fingerprinter = Fingerprinter(FingerprintParams())
+    texts: list[str] = []
+    while len(texts) < hits:
+        original = rng.choice(stories)
+        texts.append(original if original not in texts else _edited(original, rng))
+        if rng.random() < 0.4:
+            texts.append(_edited(original, rng))
+    texts = texts[:hits]
+    sources = [{"body": text, "neardup": fingerprinter.fingerprint(text).to_source()} for text in texts]
+    hit_list = [{"_index": "i", "_id": str(k), "_score": float(hits - k), "_source": source}
+                for k, source in enumerate(sources)]
+    answer = {"took": 3, "timed_out": False,
+              "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
+              "hits": {"total": {"value": 500, "relation": "eq"}, "max_score": float(hits),
+                       "hits": hit_list}}
+    return json.dumps(answer).encode(), hit_list
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_bare_collapse_folds_what_the_proxy_folds(bench, stories, seed):
+    rng = random.Random(seed)
+    size = rng.choice([3, 5, 10])
+    raw, hits = _answer(stories, rng, size + 6)
+    groups, _ = collapse.group(hits, "_source", 0.8, "resemblance", default_algorithms(FingerprintParams()))
+    page = json.loads(bench.bare_collapse(raw, size, 0.8))
+
+    got = [[hit["_id"]] + [m["_id"] for m in hit["inner_hits"]["neardup"]["hits"]["hits"]]
+           for hit in page["hits"]["hits"]]
+    expected = [[hits[k]["_id"] for k in group] for group in groups[:size]]
+    assert got == expected
+    assert any(len(group) > 1 for group in groups), "the answer should hold near-duplicates"
+    assert page["hits"]["total"] == {"value": 500, "relation": "eq"}
+    for hit in page["hits"]["hits"]:   # the sources come back as they went in
+        assert hit["_source"] == hits[int(hit["_id"])]["_source"]
