@@ -13,13 +13,14 @@ import functools
 import json
 import logging
 import sys
-from typing import Callable
+from typing import Any, Callable
 
 import elastic_transport
 from elasticsearch import ApiError
+from pydantic import ValidationError
 
 from indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, JobError, explain
-from neardup.config import Config
+from neardup.config import Config, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ def clear_errors(handler: Handler) -> Handler:
             logging.getLogger("elastic_transport").setLevel(logging.WARNING)
         try:
             return handler(args, config)
+        except ConfigError as exc:   # a flag outside its key's limits (with_flags)
+            return fail(str(exc), EXIT_USAGE)
         except JobError as exc:
             return fail(str(exc), exc.exit_status)
         except UpstreamError as exc:
@@ -60,8 +63,35 @@ def check_upstream(config: Config) -> None:
     check(config)
 
 
-def _fields(args: argparse.Namespace, config: Config) -> tuple[str, ...]:
-    return tuple(args.field) if args.field else tuple(config.indexer.fields)
+#: The flags that set a key of the configuration, by argparse ``dest``: (section, key).
+FLAG_KEYS: dict[str, tuple[str, str]] = {
+    "field": ("indexer", "fields"), "workers": ("indexer", "workers"), "batch_size": ("indexer", "batch_size"),
+    "min_share": ("copies", "min_share"), "min_shared": ("copies", "min_shared"), "max_df": ("copies", "max_df"),
+}
+
+
+def with_flags(args: argparse.Namespace, config: Config) -> Config:
+    """``config`` with the flags given on the command line as one more override layer (after the
+    file and the ``NEARDUP_*`` variables, :mod:`neardup.config`): each flag of :data:`FLAG_KEYS`
+    that the command has and that was given (not None: 0 is a value, ``--max-df 0``) replaces its
+    key. Each changed section is validated again, so a flag has the limits its key has in the
+    file (``--workers 65``: :class:`ConfigError`, a usage error, naming the flag)."""
+    sections: dict[str, dict[str, Any]] = {}
+    flags: dict[tuple[str, str], str] = {}
+    for dest, (section, key) in FLAG_KEYS.items():
+        value = getattr(args, dest, None)
+        if value is not None:
+            sections.setdefault(section, {})[key] = value
+            flags[section, key] = "--" + dest.replace("_", "-")
+    updated = {}
+    for name, keys in sections.items():
+        current = getattr(config, name)
+        try:
+            updated[name] = type(current).model_validate({**current.model_dump(), **keys})
+        except ValidationError as exc:
+            problems = [f"{flags[name, str(error['loc'][0])]}: {error['msg']}" for error in exc.errors()]
+            raise ConfigError("; ".join(problems)) from None
+    return config.model_copy(update=updated)
 
 
 def _add_field_option(parser: argparse.ArgumentParser, help: str | None = None) -> None:
@@ -112,11 +142,12 @@ def index_command(args: argparse.Namespace, config: Config) -> int:
         host_slice, host_slices = parse_slice(args.slice) if args.slice else (0, 1)
     except ValueError as exc:
         return fail(str(exc), EXIT_USAGE)
+    config = with_flags(args, config)
+    job = config.indexer
     options = IndexOptions(
-        index=args.index, fields=_fields(args, config), since=args.since, since_field=args.since_field,
+        index=args.index, fields=tuple(job.fields), since=args.since, since_field=args.since_field,
         force=args.force, host_slice=host_slice, host_slices=host_slices,
-        workers=args.workers or config.indexer.workers,
-        batch_size=args.batch_size or config.indexer.batch_size)
+        workers=job.workers, batch_size=job.batch_size)
     check_upstream(config)
     result = run_job(config, options)
     if args.json:
@@ -167,7 +198,8 @@ def _fingerprinter(config: Config):
 def enrich_command(args: argparse.Namespace, config: Config) -> int:
     from indexer.lines import enrich_stream, open_input
 
-    fields, fingerprinter = _fields(args, config), _fingerprinter(config)
+    config = with_flags(args, config)
+    fields, fingerprinter = tuple(config.indexer.fields), _fingerprinter(config)
     client, extras = None, None
     if config.tfidf.enabled and args.index:
         from functools import partial
@@ -244,10 +276,11 @@ def load_command(args: argparse.Namespace, config: Config) -> int:
     from indexer.tfidf import make_enricher
     from neardup.config import collapse_settings_for
 
+    config = with_flags(args, config)
     threshold, mode = _similarity_settings(args, config)
-    options = LoadOptions(index=args.index, fields=_fields(args, config), id_field=args.id_field,
+    options = LoadOptions(index=args.index, fields=tuple(config.indexer.fields), id_field=args.id_field,
                           on_duplicate=args.on_duplicate, threshold=threshold, mode=mode,  # type: ignore[arg-type]
-                          batch_size=args.batch_size or config.indexer.batch_size,
+                          batch_size=config.indexer.batch_size,
                           seed_threshold=collapse_settings_for(config.collapse, args.index)[1])
     source = open_input(args.file)
     check_upstream(config)
@@ -304,6 +337,7 @@ def duplicates_command(args: argparse.Namespace, config: Config) -> int:
     from indexer.client import make_client
     from indexer.duplicates import duplicates_json, find_duplicates, format_duplicates
 
+    config = with_flags(args, config)
     threshold, mode = _similarity_settings(args, config)
     check_upstream(config)
     client = make_client(config.upstream)
@@ -311,7 +345,7 @@ def duplicates_command(args: argparse.Namespace, config: Config) -> int:
         result = find_duplicates(client, _retrier(config), index=args.index, doc_id=args.id,
                                  version=scheme_version(config.fingerprint), threshold=threshold,
                                  mode=mode, max_candidates=args.max_candidates,  # type: ignore[arg-type]
-                                 fields=_fields(args, config), routing=args.routing)
+                                 fields=tuple(config.indexer.fields), routing=args.routing)
     finally:
         client.close()
     print(json.dumps(duplicates_json(result)) if args.json else format_duplicates(result))

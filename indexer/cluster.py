@@ -259,7 +259,7 @@ class Job:
     #: no index had clusters in its ``_meta`` when the run started: stored values are seeds
     first_run: bool = False
     #: full runs: per shard, the ``_seq_no`` up to which the run's reading saw every write
-    #: (:mod:`indexer.cluster_backstop`)
+    #: (:mod:`indexer.cluster_backstop`), taken just before the refresh the reading rests on
     cut: Cut | None = None
     #: memory strategy: what the run read and computed for every document
     computed: "Computed | None" = None
@@ -307,11 +307,14 @@ class Job:
         position = int(np.searchsorted(keys, wanted))
         return position < len(keys) and int(keys[position]) == wanted
 
-    def take_cut(self) -> None:
-        """Record the shards' checkpoints (before the refresh the reading rests on)."""
+    def cut_and_refresh(self) -> None:
+        """Record the shards' checkpoints, then refresh: the reading that follows rests on this
+        refresh, so it sees every write at or below the cut (:mod:`indexer.cluster_backstop`).
+        The aggregate strategy's cut; it replaces the one ``auto`` took before its count."""
         started = time.perf_counter()
         self.cut = take_cut(self.client, self.retrier, self.options.index)
         self.timed("backstop", started)
+        self.refresh()
 
     def split(self, key: str) -> tuple[str, str]:
         return split_key(key, None if self.settings.with_index else self.indices[0])
@@ -723,7 +726,12 @@ def run_cluster(config: Config, options: ClusterOptions, *, progress: Progress |
         # Searches see only refreshed writes: without this, fingerprints written just before (by a
         # `neardup index` that has finished) could be read as missing, and their documents left
         # without a cluster id as "changed meanwhile".
-        cut = None if options.incremental else take_cut(client, retrier, options.index)  # see cluster_backstop
+        # The backstop's cut (cluster_backstop) comes just before the refresh the strategy's
+        # reading rests on: this one for memory; for aggregate, the one after its key pass
+        # (Job.cut_and_refresh). `auto` chooses from the count, which needs this refresh, so it
+        # takes the cut here for memory, its usual choice, and aggregate then takes it again.
+        cut = take_cut(client, retrier, options.index) if options.mode != "aggregate" and not options.incremental \
+            else None
         refresh_started = time.perf_counter()
         retrier.call("refreshing", lambda: client.indices.refresh(index=options.index))
         refresh_seconds = time.perf_counter() - refresh_started

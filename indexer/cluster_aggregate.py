@@ -102,8 +102,7 @@ def run_aggregate(job: Job) -> ReportInput:
     job.key_writes = array("q")   # the key pass's writes: seen by the aggregation whatever the cut
     _write_keys(job)
     job.key_writes = np.unique(np.frombuffer(job.key_writes, dtype=np.int64))
-    job.take_cut()  # the aggregation below sees every write up to it (cluster_backstop)
-    job.refresh()
+    job.cut_and_refresh()  # the aggregation below sees every write up to the cut (cluster_backstop)
     job.result.seconds["keys"] = time.perf_counter() - started
     started = time.perf_counter()
     forest = Forest()

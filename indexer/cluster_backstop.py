@@ -10,15 +10,32 @@ the aggregation read the keys (seed or not). So the run checks, just before ``re
 documents changed since what it examined, and withdraws (sets ``cluster`` and ``bands`` to
 null, so that they count as new and wait for ``--incremental``) every value it cannot vouch for.
 
-**Which documents: per shard, ``_seq_no`` above a cut.** Before the refresh that its reading
-rests on (the first refresh for ``memory``, the one after the keys are written for
-``aggregate``), the run takes, for each shard, the smallest processed local checkpoint over its copies (and
-the primary's global checkpoint; :func:`take_cut`, one ``_stats?level=shards`` request).
-Every operation at or below it was in Lucene on every copy before that refresh, so the run's
-reading saw it; an operation above it may or may not have been seen. ``_seq_no`` counts per
-shard, so the search after the run is per shard (``preference=_shards:N``): documents with
-``_seq_no`` above the shard's cut that hold a ``neardup.cluster`` (a range on the indexed
-``_seq_no``; after a refresh, outside any point in time). That is exact (no document written
+**Which documents: per shard, ``_seq_no`` above a cut.** Just before the refresh
+that its reading rests on, the run takes, for each shard, the smallest processed local
+checkpoint over its copies (and the primary's global checkpoint; :func:`take_cut`, one
+``_stats?level=shards`` request). Every operation at or below it was in Lucene on every copy
+before that refresh, so the run's reading saw it; an operation above it may or may not have
+been seen. Where that refresh is depends on the strategy
+(:meth:`indexer.cluster.Job.cut_and_refresh`):
+
+* ``memory`` reads every document with a point in time opened after the run's first refresh,
+  so the cut must come before that refresh. A cut taken after it would be unsound: an
+  operation applied between the two would lie at or below it unseen, and the search below
+  would not find it. ``auto`` chooses its strategy from the document count, which needs that
+  refresh, so it takes the cut before it too, for memory, its usual choice.
+* ``aggregate`` rests on the refresh after its key pass (the aggregation reads the keys, and
+  the last pass judges versions by whether the aggregation saw them). Its cut comes just
+  before that refresh, not before the first one: an earlier cut would still be sound (a lower
+  cut only reads more) but would withdraw the values of the documents another program wrote
+  during the key pass (their versions lie above it), which the aggregation did see. When
+  ``auto`` chose aggregate, this cut replaces the one it took before the count (one
+  ``_stats`` request more, rather than one refresh more on every ``auto`` run that chooses
+  memory).
+
+``_seq_no`` counts per shard, so the search after the run is per shard
+(``preference=_shards:N``): documents with ``_seq_no`` above the shard's cut that hold a
+``neardup.cluster`` (a range on the indexed ``_seq_no``; after a refresh, outside any point in
+time). That is exact (no document written
 after the cut is missed, whatever its key or value) and cheap: it reads only what changed
 while the run ran, about as much as was written meanwhile. The alternatives were worse: a
 search for seed-shaped values cannot be expressed without scripts (``cluster == _id``), and a

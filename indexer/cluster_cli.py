@@ -11,8 +11,8 @@ import argparse
 import json
 import os
 
-from indexer.cli import (_add_field_option, _fields, _positive, _threshold, add_index_job_options, check_upstream,
-                         clear_errors, fail)
+from indexer.cli import (_add_field_option, _positive, _threshold, add_index_job_options, check_upstream,
+                         clear_errors, fail, with_flags)
 from indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_USAGE
 from neardup.config import Config, collapse_settings_for
 
@@ -26,12 +26,12 @@ def cluster_command(args: argparse.Namespace, config: Config) -> int:
         folder = os.path.dirname(os.path.abspath(args.report))
         if not os.path.isdir(folder):
             return fail(f"--report {args.report}: no such folder {folder}", EXIT_USAGE)
+    config = with_flags(args, config)
+    job = config.indexer
     options = ClusterOptions(
         index=args.index, threshold=args.threshold if args.threshold is not None else default_threshold,
-        mode=args.mode, incremental=args.incremental, report=args.report,
-        title_fields=_fields(args, config),
-        workers=args.workers or config.indexer.workers,
-        batch_size=args.batch_size or config.indexer.batch_size, memory_limit_mb=args.memory_limit,
+        mode=args.mode, incremental=args.incremental, report=args.report, title_fields=tuple(job.fields),
+        workers=job.workers, batch_size=job.batch_size, memory_limit_mb=args.memory_limit,
         supershingles=not args.no_supershingles, rounds=not args.single_round, verify=args.verify)
     check_upstream(config)
     result = run_cluster(config, options)

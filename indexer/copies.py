@@ -35,7 +35,7 @@ from elasticsearch import Elasticsearch
 from fingerprint import Fingerprinter
 from fingerprint.bloom import BloomParams
 from fingerprint.copies import CopiedPair, build_filter, candidates, check_min_share, content_sets, ranked, verify
-from indexer.cli import _fields, _positive, _retrier, add_index_job_options, check_upstream, clear_errors
+from indexer.cli import _positive, _retrier, add_index_job_options, check_upstream, clear_errors, with_flags
 from indexer.cluster_docs import doc_key
 from indexer.errors import EXIT_OK, JobError
 from indexer.query import SliceSpec
@@ -263,14 +263,11 @@ def _field_names(text: str) -> list[str]:
 def copies_command(args: argparse.Namespace, config: Config) -> int:
     from indexer.client import make_client
 
-    settings = config.copies
+    config = with_flags(args, config)
+    settings, job = config.copies, config.indexer
     options = CopiesOptions(
-        index=args.index, fields=_fields(args, config),
-        min_share=args.min_share if args.min_share is not None else settings.min_share,
-        min_shared=args.min_shared if args.min_shared is not None else settings.min_shared,
-        max_df=args.max_df if args.max_df is not None else settings.max_df,
-        bloom=settings.bloom_params(), batch_size=args.batch_size or config.indexer.batch_size,
-        keep_alive=config.indexer.keep_alive)
+        index=args.index, fields=tuple(job.fields), min_share=settings.min_share, min_shared=settings.min_shared,
+        max_df=settings.max_df, bloom=settings.bloom_params(), batch_size=job.batch_size, keep_alive=job.keep_alive)
     check_upstream(config)
     client = make_client(config.upstream)
     try:

@@ -553,7 +553,7 @@ def near_copy(doc: dict[str, Any], doc_id: str, word: str = "qwzrt") -> dict[str
 
 
 @pytest.mark.es
-@pytest.mark.parametrize("mode", ["memory", "aggregate"])
+@pytest.mark.parametrize("mode", ["memory", "aggregate", "auto"])
 def test_seeds_of_a_killed_worker_are_withdrawn_by_the_first_cluster_run(es, es_url, new_index, monkeypatch, mode, config):
     """An indexer worker killed between a seeded request's acknowledgement and its check (or
     whose check fails: the node is unreachable) leaves seeds that no check withdraws. Written
@@ -581,7 +581,7 @@ def test_seeds_of_a_killed_worker_are_withdrawn_by_the_first_cluster_run(es, es_
         finally:
             client.close()
 
-    if mode == "memory":
+    if mode in ("memory", "auto"):  # auto chooses memory here
         read_table = cluster_module.Job.read_table
 
         def reading(job: Any, *args: Any, **kwargs: Any) -> Any:
@@ -599,7 +599,7 @@ def test_seeds_of_a_killed_worker_are_withdrawn_by_the_first_cluster_run(es, es_
 
         monkeypatch.setattr(cluster_aggregate, "_write_clusters", writing)
     result = run_cluster(config, ClusterOptions(index=index, threshold=THRESHOLD, mode=mode), progress=Progress())
-    assert result.stats.failed == 0
+    assert result.stats.failed == 0 and result.strategy == ("memory" if mode == "auto" else mode)
     assert es.indices.get_mapping(index=index)[index]["mappings"]["_meta"][META_KEY]["state"] == "ready"
     stored = values(es, index)
     assert stored["x"]["v"] == stored["late"]["v"] == FP.version
@@ -613,6 +613,71 @@ def test_seeds_of_a_killed_worker_are_withdrawn_by_the_first_cluster_run(es, es_
     final = values(es, index)
     assert final["late"]["cluster"] == "s00" and final["x"]["cluster"] == "s01"
 
+
+
+STATS = "reading the shards' checkpoints"  # the Retrier label of take_cut's _stats request
+
+
+def requests_of_a_run(monkeypatch: pytest.MonkeyPatch, config: Config, options: ClusterOptions) -> list[str]:
+    """What ``run_cluster`` asks Elasticsearch, in order (the :class:`Retrier` labels), with
+    ``cut`` for each :func:`take_cut` (the real one runs)."""
+    asked: list[str] = []
+    call, take_cut = Retrier.call, cluster_module.take_cut
+
+    def labelled(retrier: Retrier, what: str, fn: Callable[[], Any]) -> Any:
+        asked.append(what)
+        return call(retrier, what, fn)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        asked.append("cut")
+        return take_cut(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Retrier, "call", labelled)
+        patch.setattr(cluster_module, "take_cut", counted)
+        result = run_cluster(config, options, progress=Progress())
+    assert result.stats.failed == 0
+    return asked
+
+
+@pytest.mark.es
+@pytest.mark.parametrize("mode, memory_limit, strategy", [
+    ("memory", 2048, "memory"), ("aggregate", 2048, "aggregate"), ("auto", 2048, "memory"), ("auto", 1, "aggregate")])
+def test_a_full_run_takes_its_cut_just_before_the_refresh_its_reading_rests_on(
+        es, es_url, new_index, monkeypatch, config, mode, memory_limit, strategy):
+    """One ``_stats`` request a run (:mod:`indexer.cluster_backstop`) but for ``auto`` choosing
+    aggregate: memory (named or chosen by ``auto``) takes it before the first refresh (its point
+    in time is opened after it); aggregate after the key pass wrote the keys, before the refresh
+    the aggregation rests on, replacing the one ``auto`` took. An incremental run takes none."""
+    docs = stories(6)
+    index = new_index(docs)
+    neardup_json(es, es_url, "index", "--index", index)
+    if memory_limit == 1:  # 9 documents need about 11 KB: make them need more than 1 MB
+        monkeypatch.setattr(cluster_module, "BYTES_PER_DOC", 2**20)
+    # not the seeds' threshold: other keys, so aggregate's key pass writes every document
+    options = ClusterOptions(index=index, threshold=0.7, mode=mode, memory_limit_mb=memory_limit)
+    asked = requests_of_a_run(monkeypatch, config, options)
+    cuts = [k for k, what in enumerate(asked) if what == "cut"]
+    assert len(cuts) == asked.count(STATS) == (2 if (mode, strategy) == ("auto", "aggregate") else 1), asked
+    cut = cuts[-1]   # the one the backstop uses
+    assert asked[cut + 1:cut + 3] == [STATS, "refreshing"], asked  # the cut, then the refresh
+    first_reading = asked.index("opening a point in time")
+    if strategy == "memory":
+        assert cut < asked.index("counting documents") < first_reading, asked
+        assert "aggregating the band keys" not in asked
+    else:
+        keys_written = asked.index("writing fingerprints")  # the key pass
+        aggregation = asked.index("aggregating the band keys")
+        assert first_reading < keys_written < cut < aggregation, asked
+    assert es.indices.get_mapping(index=index)[index]["mappings"]["_meta"][META_KEY]["state"] == "ready"
+    # the cluster values are those of a run without the counting
+    assert values(es, index)["s00-copy"]["cluster"] == "s00"
+
+    es.index(index=index, id="late", document=near_copy(docs[0], "late"), refresh=True)
+    neardup_json(es, es_url, "index", "--index", index)
+    incremental = ClusterOptions(index=index, threshold=0.7, mode=mode, incremental=True)
+    assert not {"cut", STATS} & set(requests_of_a_run(monkeypatch, config, incremental))
+    assert values(es, index)["late"]["cluster"] == "s00"
 
 
 def test_the_cut_is_not_held_back_by_a_replicas_stale_global_checkpoint():

@@ -306,3 +306,83 @@ def test_terminal_gets_a_bar_and_other_streams_log_lines():
 
 def test_fingerprint_arrays_are_uint64(fp):
     assert fp.fingerprint(TEXT_A).signature.dtype == np.uint64
+
+
+# --- command-line flags over the configuration -------------------------------------------------
+
+def flags_over(env: dict[str, str], *argv: str):
+    """(args, config): ``argv`` parsed by the ``neardup`` parser, the configuration loaded with
+    ``env`` as its NEARDUP_* variables, and the configuration with the flags applied."""
+    from indexer.cli import with_flags
+    from neardup.cli import build_parser
+    from neardup.config import load_config
+
+    args = build_parser().parse_args(list(argv))
+    config = load_config(environ=env)
+    return config, with_flags(args, config)
+
+
+@pytest.mark.parametrize("command", ["index", "cluster", "copies"])
+def test_job_flags_given_override_the_configuration_and_the_rest_keep_it(command):
+    env = {"NEARDUP_INDEXER__WORKERS": "5", "NEARDUP_INDEXER__BATCH_SIZE": "300", "NEARDUP_INDEXER__FIELDS": "a,b"}
+    config, applied = flags_over(env, command, "--index", "x", "--batch-size", "7")
+    assert applied.indexer.batch_size == 7 and applied.indexer.fields == ["a", "b"]
+    assert applied.indexer.workers == 5 and applied.indexer.keep_alive == config.indexer.keep_alive
+    assert config.indexer.batch_size == 300  # the loaded configuration is left as it was
+    _, applied = flags_over(env, command, "--index", "x", "--field", "headline", "--field", "text")
+    assert applied.indexer.fields == ["headline", "text"] and applied.indexer.batch_size == 300
+    if command != "copies":  # copies reads with one thread: no --workers
+        _, applied = flags_over(env, command, "--index", "x", "--workers", "1")
+        assert applied.indexer.workers == 1
+
+
+def test_a_flag_given_as_zero_overrides_the_configuration():
+    """``--max-df 0`` keeps every shingle: 0 is a value, not "not given" (``or`` would lose it)."""
+    env = {"NEARDUP_COPIES__MAX_DF": "50", "NEARDUP_COPIES__MIN_SHARED": "3"}
+    config, applied = flags_over(env, "copies", "--index", "x", "--max-df", "0", "--min-share", "0.5")
+    assert config.copies.max_df == 50
+    assert (applied.copies.max_df, applied.copies.min_share, applied.copies.min_shared) == (0, 0.5, 3)
+    _, untouched = flags_over(env, "copies", "--index", "x")
+    assert untouched == config
+
+
+def test_a_flag_outside_its_keys_limits_is_a_usage_error_naming_the_flag(capsys):
+    """A flag has the limits its key has in the file (``indexer.workers`` ≤ 64, ``batch_size`` ≤
+    10000): exit 2 with the flag named, before anything is sent anywhere."""
+    from neardup.cli import main
+    from neardup.config import ConfigError
+
+    with pytest.raises(ConfigError, match="--workers"):
+        flags_over({}, "index", "--index", "x", "--workers", "65")
+    assert main(["cluster", "--index", "x", "--batch-size", "10001", "--workers", "64"]) == 2
+    err = capsys.readouterr().err
+    assert "--batch-size" in err and "10000" in err and "--workers" not in err and "Traceback" not in err
+
+
+def test_the_commands_run_with_the_options_the_flags_and_the_configuration_give(monkeypatch, capsys):
+    """The handlers build their options from the configuration with the flags applied."""
+    from indexer import cli, cluster, cluster_cli, copies, job
+    from neardup.cli import main
+    from neardup.config import load_config
+
+    seen = {}
+
+    def recording(name):
+        def run(*args):
+            seen[name] = args[-1]  # the options are the last argument of each runner
+            raise cli.JobError("stop here")
+        return run
+
+    for module in (cli, cluster_cli, copies):
+        monkeypatch.setattr(module, "check_upstream", lambda config: None)
+    monkeypatch.setattr(job, "run_job", recording("index"))
+    monkeypatch.setattr(cluster, "run_cluster", recording("cluster"))
+    monkeypatch.setattr(copies, "run_copies", recording("copies"))
+    monkeypatch.setenv("NEARDUP_INDEXER__WORKERS", "3")
+    monkeypatch.setenv("NEARDUP_COPIES__MAX_DF", "50")
+    assert main(["index", "--index", "x", "--batch-size", "9"]) == 3
+    assert main(["cluster", "--index", "x", "--field", "t", "--workers", "4"]) == 3
+    assert main(["copies", "--index", "x", "--max-df", "0"]) == 3
+    assert (seen["index"].workers, seen["index"].batch_size) == (3, 9)
+    assert (seen["cluster"].workers, seen["cluster"].title_fields) == (4, ("t",))
+    assert (seen["copies"].max_df, seen["copies"].fields) == (0, tuple(load_config().indexer.fields))
