@@ -2,7 +2,7 @@
 """Throughput, latency and CPU of the collapsing proxy against direct Elasticsearch.
 
     .venv/bin/python bench/proxy.py --es http://127.0.0.1:9200 [--index NAME] [--requests N]
-                                    [--results bench/RESULTS.md]
+                                    [--workers N] [--pin] [--results bench/RESULTS.md]
 
 1. **Corpus.** Reuters-21578 loaded into a fresh index and enriched by ``neardup index``
    (or an existing enriched index given with ``--index``).
@@ -17,6 +17,9 @@
    machine before it does any work; until session 4 it used aiohttp's client, as the proxy did
    then), and the *bare* collapse, which does only what any collapsing proxy must (what reading
    and rewriting the window costs before any of the product's rules).
+   With ``--pin`` Elasticsearch and the load generator run on CPU 0 and the proxies on CPU 1:
+   the proxy on a core of its own, as on a host of its own, so it takes no CPU from
+   Elasticsearch (the section ``## Proxy on a core of its own``).
 4. **CPU.** utime+stime of the proxy process, the reference processes and the Elasticsearch process
    (``/proc/<pid>/stat``; the node's pid from ``GET _nodes/_local/process``) over each run,
    divided by the number of requests. The load generator, the proxy and Elasticsearch share the
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import binascii
+import contextlib
 import json
 import os
 import random
@@ -42,7 +46,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import aiohttp
 import msgspec
@@ -59,6 +63,7 @@ from proxy.fingerprints import default_algorithms  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 SECTION = "## Proxy"
+PINNED_SECTION = "## Proxy on a core of its own (`--pin`)"
 
 
 def cpu_seconds(pid: int) -> float:
@@ -240,6 +245,33 @@ def start_reference(kind: str, es_url: str) -> tuple[subprocess.Popen[bytes], st
     return process, f"http://127.0.0.1:{port}"
 
 
+def _set_affinity(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` on ``cpus`` (threads it starts later inherit the mask)."""
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(thread), cpus)
+        except ProcessLookupError:   # the thread ended meanwhile
+            pass
+
+
+@contextlib.contextmanager
+def pinned(es_pid: int, proxy_pids: list[int]) -> Iterator[None]:
+    """``--pin``: Elasticsearch and this load generator on CPU 0, the proxies (neardup's and the
+    references) on CPU 1, so that no proxy takes CPU from Elasticsearch: the proxy on cores of
+    its own, as on a host of its own. Elasticsearch's affinity is restored afterwards."""
+    first, second = sorted(os.sched_getaffinity(0))[:2]
+    es_before, own_before = os.sched_getaffinity(es_pid), os.sched_getaffinity(0)
+    try:
+        _set_affinity(es_pid, {first})
+        os.sched_setaffinity(0, {first})
+        for pid in proxy_pids:
+            _set_affinity(pid, {second})
+        yield
+    finally:
+        _set_affinity(es_pid, es_before)
+        os.sched_setaffinity(0, own_before)
+
+
 def queries(count: int, seed: int) -> list[str]:
     titles = [d["title"] for d in reuters_documents() if len(d["title"].split()) >= 3]
     rng = random.Random(seed)
@@ -352,8 +384,8 @@ def grouping_benchmark(es: Elasticsearch, index: str, texts: list[str]) -> dict[
 
 
 def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str, total_docs: int,
-           load_before: str, workers: int = 1) -> str:
-    lines = [SECTION, "", f"Command: `{command}`", "",
+           load_before: str, workers: int = 1, pin: bool = False) -> str:
+    lines = [PINNED_SECTION if pin else SECTION, "", f"Command: `{command}`", "",
              f"Reuters-21578 ({total_docs} stories) enriched by `neardup index`, one shard; `match` on "
              "`title` with three words of a real title; every setting sends the same queries "
              f"directly, through `neardup proxy` ({workers} worker{'s' if workers > 1 else ''}) and "
@@ -362,8 +394,10 @@ def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str,
              "answered), and the *bare* collapse, which does only what any collapsing proxy must "
              "(the spare hits asked for, the answer decoded once with raw hits, each hit's signature "
              "read, `similar_pairs` + `group_labels`, the page written; none of the product's rules), "
-             "interleaved in chunks of 20 (1 client) or 100 (32 clients) queries. Load generator, proxies "
-             "and Elasticsearch share the 2 cores. CPU per request from `/proc/<pid>/stat`. "
+             "interleaved in chunks of 20 (1 client) or 100 (32 clients) queries. "
+             + ("Pinned (`--pin`): Elasticsearch and the load generator on CPU 0, the proxies on CPU 1. "
+                if pin else "Load generator, proxies and Elasticsearch share the 2 cores. ")
+             + "CPU per request from `/proc/<pid>/stat`. "
              f"Load average at the start: {load_before}, at the end: {os.getloadavg()[0]:.1f} "
              "(other work on the machine shares the cores and the Elasticsearch node).", "",
              "| clients | size | direct req/s | floor req/s | bare req/s | proxy req/s "
@@ -416,9 +450,11 @@ def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str,
 
 
 def write_section(path: Path, text: str) -> None:
-    """Replace (or append) the ``## Proxy`` section of RESULTS.md, leaving the others alone."""
+    """Replace (or append) the section ``text`` starts with (its first line, ``## Proxy`` or the
+    pinned one) in RESULTS.md, leaving the others alone."""
     current = path.read_text() if path.exists() else "# Benchmark results\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    heading = text.split("\n", 1)[0]
+    pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
     if pattern.search(current):
         updated = pattern.sub(lambda _: text + "\n", current)
     else:
@@ -434,6 +470,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workers", type=int, default=1, help="proxy worker processes (proxy.workers)")
     parser.add_argument("--results", type=Path, help="write the section into this RESULTS.md")
+    parser.add_argument("--pin", action="store_true",
+                        help="Elasticsearch and the load generator on CPU 0, the proxies on CPU 1 "
+                             "(the proxy on a core of its own; needs 2 CPUs and the right to pin the node)")
     parser.add_argument("--reference-server", nargs=3, metavar=("KIND", "PORT", "ES_URL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.reference_server:
@@ -451,12 +490,15 @@ def main() -> int:
         urls = {"direct": args.es, **{kind: url for kind, (_, url) in references.items()}, "proxy": proxy_url}
         texts = queries(args.requests, args.seed)
         rows = []
-        for clients in (1, 32):
-            for size in (10, 100):
-                row: dict[str, Any] = {"clients": clients, "size": size,
-                                       **compare(urls, index, texts, size, clients, pids)}
-                print(f"clients={clients} size={size}: {row}", file=sys.stderr)
-                rows.append(row)
+        placement = pinned(pids["es"][0], [pid for name, group in pids.items() if name != "es" for pid in group]) \
+            if args.pin else contextlib.nullcontext()
+        with placement:
+            for clients in (1, 32):
+                for size in (10, 100):
+                    row: dict[str, Any] = {"clients": clients, "size": size,
+                                           **compare(urls, index, texts, size, clients, pids)}
+                    print(f"clients={clients} size={size}: {row}", file=sys.stderr)
+                    rows.append(row)
         grouping = grouping_benchmark(es, index, texts)
         total = es.count(index=index)["count"]
     finally:
@@ -466,8 +508,9 @@ def main() -> int:
         if not args.index:
             es.options(ignore_status=404).indices.delete(index=index)
     command = "python bench/proxy.py --es URL" + (f" --requests {args.requests}" if args.requests != 400 else "") \
-        + (" --index NAME" if args.index else "") + (f" --workers {args.workers}" if args.workers != 1 else "")
-    text = report(rows, grouping, command, total, load_before, args.workers)
+        + (" --index NAME" if args.index else "") + (f" --workers {args.workers}" if args.workers != 1 else "") \
+        + (" --pin" if args.pin else "")
+    text = report(rows, grouping, command, total, load_before, args.workers, args.pin)
     print(text)
     if args.results:
         write_section(args.results, text)

@@ -80,3 +80,17 @@ def test_bare_collapse_folds_what_the_proxy_folds(bench, stories, seed):
     assert page["hits"]["total"] == {"value": 500, "relation": "eq"}
     for hit in page["hits"]["hits"]:   # the sources come back as they went in
         assert hit["_source"] == hits[int(hit["_id"])]["_source"]
+
+
+def test_each_run_replaces_only_its_own_section_of_results(bench, tmp_path):
+    """A pinned run (``--pin``) and a shared one write different sections; each run replaces its
+    own and leaves the other, and the rest of RESULTS.md, as they were."""
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Benchmark results\n\n## Proxy\n\nold shared\n\n## Indexer\n\nindexer text\n")
+    bench.write_section(results, f"{bench.PINNED_SECTION}\n\npinned one\n")
+    bench.write_section(results, f"{bench.SECTION}\n\nshared two\n")
+    bench.write_section(results, f"{bench.PINNED_SECTION}\n\npinned three\n")
+    text = results.read_text()
+    assert text.count("## Proxy") == 2 and "old shared" not in text and "pinned one" not in text
+    assert "shared two" in text and "pinned three" in text and text.endswith("pinned three\n\n")
+    assert text.index("shared two") < text.index("## Indexer") < text.index("indexer text")
