@@ -7,10 +7,12 @@ Semantics (those of Elasticsearch's ``FilterPath``):
 
 * the value is a comma-separated list of expressions; an expression is a dotted path whose
   segments are field names, ``*``-globs matching within one level (``hits.hits._s*``), or
-  ``**`` matching any number of levels (``**._id``);
+  ``**`` matching one or more levels (``**._id`` is ``hits.hits._id`` but not a top-level
+  ``_id``; ``**.took`` matches nothing, ``hits.**.total`` not ``hits.total``);
 * a field whose path matches an expression completely is kept whole, with everything below it;
 * arrays are transparent: their elements are filtered with the path of the array;
-* objects and arrays left empty by filtering are dropped; if nothing matches the result is ``{}``;
+* objects and arrays left empty by filtering are dropped, by an exclusion too (one that was
+  empty already stays there: it is written as it came); if nothing is left the result is ``{}``;
 * an expression starting with ``-`` excludes what it matches; when there are both, exclusions are
   applied first and the inclusions to what remains.
 
@@ -85,14 +87,13 @@ def _advance(paths: list[tuple[str, ...]], key: str) -> tuple[bool, list[tuple[s
     for path in paths:
         head = path[0]
         if head == "**":
-            # ``**`` may match zero levels (try the tail here) or this level and more (keep it).
+            # ``**`` matches this level and maybe more (it goes on below), or ends with this
+            # level (the tail goes on below); never zero levels, as in Elasticsearch.
             if len(path) == 1:
                 complete = True
                 continue
             rest.append(path)
-            sub_complete, sub_rest = _advance([path[1:]], key)
-            complete = complete or sub_complete
-            rest.extend(sub_rest)
+            rest.append(path[1:])
             continue
         if glob_match(head, key):
             if len(path) == 1:
@@ -120,10 +121,10 @@ def _filter(value: Any, paths: list[tuple[str, ...]], exclude: bool) -> Any:
             filtered = _filter(child, rest, exclude)
             if filtered is not _DROP:
                 out[key] = filtered
-        return out if (out or exclude) else _DROP
+        return out if (out or (exclude and not value)) else _DROP
     if isinstance(value, list):
         items = [_filter(item, paths, exclude) for item in value]
         kept = [item for item in items if item is not _DROP]
-        return kept if (kept or exclude) else _DROP
+        return kept if (kept or (exclude and not value)) else _DROP
     # A scalar reached while paths still expect more levels below it.
     return value if exclude else _DROP

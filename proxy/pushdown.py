@@ -42,20 +42,22 @@ GROUPS_AGG = "neardup_groups"
 PRECISION_THRESHOLD = 40_000
 #: Keys of the client's body copied into ``inner_hits`` so members look like kept hits.
 _INNER_KEYS = ("_source", "fields", "docvalue_fields", "stored_fields", "highlight", "version",
-               "seq_no_primary_term", "explain", "script_fields", "sort", "track_scores")
+               "seq_no_primary_term", "script_fields", "sort", "track_scores")
 #: Elasticsearch's default ``index.max_inner_result_window``: inner hits ``from + size`` stay below.
 MAX_INNER_WINDOW = 100
 #: Body keys with which the search stays on the window path: native collapse refuses ``rescore``
 #: (and ``search_after``/``collapse``/scroll, which are never planned); a point in time has no
-#: index in the path to check.
-_REFUSED_KEYS = ("rescore", "pit", "search_after", "collapse")
+#: index in the path to check; the members' ``_explanation`` would explain the group query
+#: (the search's query and a filter on the cluster), not the search's; the group query of a
+#: ``knn`` search has no query to score the members with.
+_REFUSED_KEYS = ("rescore", "pit", "search_after", "collapse", "explain", "knn")
 #: Query parameters (or msearch header keys) with which the search stays on the window path:
 #: they change which indices the search covers (the clusters are checked with the defaults), or
 #: select fields for the top-level hits only in a way not translated here.
 _REFUSED_PARAMS = frozenset({"expand_wildcards", "ignore_unavailable", "allow_no_indices", "ignore_throttled",
-                             "stored_fields", "docvalue_fields", "scroll"})
+                             "stored_fields", "docvalue_fields", "scroll", "explain"})
 #: Boolean query parameters that Elasticsearch applies to the top-level hits only.
-_BOOLEAN_PARAMS = ("version", "seq_no_primary_term", "explain", "track_scores")
+_BOOLEAN_PARAMS = ("version", "seq_no_primary_term", "track_scores")
 
 
 def clusters_match(metas: Mapping[str, Any], threshold: float, mode: str, version: str) -> bool:
@@ -92,6 +94,8 @@ def refusal(body: Mapping[str, Any], params: Sequence[tuple[str, str, str]],
             return f"param_{name}"
     if ":" in index:
         return "remote_index"
+    if "highlight" in body and any(name == "q" for name, _, _ in params):
+        return "highlight_q"   # the members' highlight_query would have to be the q= query
     return None
 
 
@@ -143,8 +147,9 @@ def inner_options(body: Mapping[str, Any], params: Sequence[tuple[str, str, str]
     source = _source_param(query)
     if source is not None:
         inner["_source"] = source
-    if "sort" in query:
-        inner["sort"] = _sort_param(query["sort"])
+    if "sort" in query:   # Elasticsearch appends the query string's sort to the body's
+        sort = body.get("sort", [])
+        inner["sort"] = [*(sort if isinstance(sort, list) else [sort]), *_sort_param(query["sort"])]
     for name in _BOOLEAN_PARAMS:
         if name in query:
             inner[name] = query[name] in ("", "true")
@@ -172,8 +177,17 @@ def pushdown_body(body: Mapping[str, Any], start: int, size: int, inner_size: in
     """
     out = dict(body)
     out["from"], out["size"] = start, size
+    if "query" not in out and not any(name == "q" for name, _, _ in params):
+        # The members are fetched with bool(must: the search's query, filter: the group); with
+        # no query they would score 0, where the hits of the implicit match_all score 1.
+        out["query"] = {"match_all": {}}
     inner: dict[str, Any] = {"name": INNER_HITS_NAME, "size": inner_size + 1,  # the kept hit is one of them
                              **inner_options(body, params)}
+    highlight = inner.get("highlight")
+    if isinstance(highlight, dict) and "highlight_query" not in highlight and "query" in out:
+        # The members' query is the group query: without this their highlight would mark the
+        # cluster id (a ``*`` field pattern matches neardup.cluster) instead of the search's terms.
+        inner["highlight"] = {**highlight, "highlight_query": out["query"]}
     out["collapse"] = {"field": CLUSTER_FIELD, "inner_hits": inner}
     aggs_key = "aggregations" if "aggregations" in body else "aggs"
     aggs = dict(body.get(aggs_key) or {})

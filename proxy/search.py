@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from proxy import collapse, filter_path, tfidf
 from proxy.glob import glob_match
@@ -79,6 +79,13 @@ class Plan:
         need = self.wanted_groups
         return min(need + max(SPARE_MIN, -(-need * SPARE_PERCENT // 100)), self.max_window)
 
+    @property
+    def needs_probe(self) -> bool:
+        """The first window is capped below the client's ``from + size``: Elasticsearch may
+        refuse the client's window (over ``index.max_result_window``) though it serves the
+        proxy's, so the client's window is checked first (:func:`probe_request`)."""
+        return self.first_window() < self.wanted_groups
+
 
 _JAVA_INT = range(-2**31, 2**31)
 _ASCII_INT = re.compile(r"-?[0-9]+")
@@ -115,6 +122,15 @@ def _names(spec: Any) -> list[str] | None:
     return names
 
 
+def _suggest_only(body: dict[str, Any], query: dict[str, str]) -> bool:
+    """Elasticsearch's "suggest only" search (``SearchSourceBuilder.isSuggestOnly``: suggestions,
+    no query, no aggregations) has no hits; the proxy's tail rounds drop the suggestions and
+    would turn it into a match_all, so it is passed through."""
+    suggests = "suggest" in body or "suggest_field" in query
+    searches = "query" in body or "q" in query or "knn" in body or "aggs" in body or "aggregations" in body
+    return suggests and not searches
+
+
 def fingerprint_fields_for(mode: str) -> tuple[str, ...]:
     """The stored fields grouping reads in ``mode``: the TF-IDF vector in ``tfidf`` mode."""
     return tfidf.TFIDF_FIELDS if mode == tfidf.MODE else FINGERPRINT_FIELDS
@@ -146,12 +162,20 @@ def plan_search(body: dict[str, Any], params: list[tuple[str, str, str]], settin
         return Skip("invalid_from_size")  # Elasticsearch answers it
     if size == 0:
         return Skip("size_0")
+    if _suggest_only(body, query):
+        return Skip("suggest_only")
+    if query.get("terminate_after", body.get("terminate_after", 0)) not in (0, "0"):
+        # Which hits a terminated search finds, and its terminated_early, depend on how many are
+        # asked for: a window of another size is not the client's search.
+        return Skip("terminate_after")
     try:
         client_filter = filter_path.parse(query.get("filter_path", ""))
     except filter_path.UnsupportedFilterPath:
         return Skip("unsupported_filter_path")
     stored = _names(query.get("stored_fields", body.get("stored_fields")))
-    docvalues = _names(query.get("docvalue_fields", body.get("docvalue_fields")))
+    # Elasticsearch adds the query string's docvalue_fields to the body's (stored_fields replace).
+    body_docvalues, query_docvalues = _names(body.get("docvalue_fields")), _names(query.get("docvalue_fields"))
+    docvalues = None if body_docvalues is None or query_docvalues is None else body_docvalues + query_docvalues
     # The proxy appends to a body's ``fields``: only an array is one (Elasticsearch refuses a string).
     fields = _names(body.get("fields")) if isinstance(body.get("fields", []), list) else None
     script_fields = body.get("script_fields", {})
@@ -197,6 +221,13 @@ def round_request(plan: Plan, offset: int, count: int) -> tuple[str, dict[str, A
     if plan.added_fields:
         body["fields"] = list(body.get("fields") or []) + list(plan.added_fields)
     return "&".join(raw for _, _, raw in params), body
+
+
+def probe_request(plan: Plan) -> tuple[str, dict[str, Any]]:
+    """(query string, body) that Elasticsearch refuses exactly when it refuses the client's
+    window: ``from`` = the client's ``from + size``, ``size`` 0 (its result-window check is on
+    ``from + size``), as a tail round (no aggregations, no counting), so it costs no fetch."""
+    return round_request(plan, plan.wanted_groups, 0)
 
 
 @dataclass
@@ -268,13 +299,56 @@ def finish(window: Window, groups: list[list[int]], fingerprinted: int) -> dict[
         for hit in window.hits:
             collapse.strip_fields(hit, plan.added_fields)
     page = collapse.build_page(window.hits, groups, plan.start, plan.size, plan.total_as_int)
-    response = dict(window.first)
+    response = strip_added_from_aggregations(plan, dict(window.first))
     response["took"] = window.took
     response["hits"] = {**window.first["hits"], "hits": page.hits}
     complete = len(groups) >= plan.wanted_groups or window.exhausted
     response[collapse.SUMMARY_KEY] = collapse.summary(
         page, plan.settings.threshold, plan.settings.mode, len(window.hits), fingerprinted, complete)
     return response
+
+
+def strip_added_from_aggregations(plan: Plan, response: dict[str, Any]) -> dict[str, Any]:
+    """``response`` without the fingerprint fields the proxy added in the hits of its
+    ``top_hits`` aggregations: Elasticsearch fetches a search's top-level ``fields`` for the
+    hits of every ``top_hits`` too, so the added ones come back there (a field the aggregation
+    asks for itself stays). Strips in place; the aggregation hits are the first round's own."""
+    aggs = plan.body.get("aggs", plan.body.get("aggregations"))
+    results = response.get("aggregations")
+    if plan.added_fields and isinstance(aggs, dict) and isinstance(results, dict):
+        for spec, result in _aggregation_results(aggs, results):
+            top_hits = spec.get("top_hits")
+            hits = result.get("hits")
+            if not isinstance(top_hits, dict) or not isinstance(hits, dict) or not isinstance(hits.get("hits"), list):
+                continue
+            own = (_names(top_hits.get("fields")) or []) + (_names(top_hits.get("docvalue_fields")) or [])
+            asked = _matches_fingerprint(own, plan.added_fields)
+            added = [name for name in plan.added_fields if name not in asked]
+            for hit in hits["hits"]:
+                if isinstance(hit, dict):
+                    collapse.strip_fields(hit, added)
+    return response
+
+
+def _aggregation_results(aggs: dict[str, Any], results: dict[str, Any]
+                         ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """(request spec, response object) of every aggregation of ``aggs`` found in ``results``,
+    sub-aggregations in each bucket included. A result is keyed by its name, or by
+    ``<type>#<name>`` with ``typed_keys``."""
+    by_name = {key.partition("#")[2] if "#" in key and key not in aggs else key: value
+               for key, value in results.items()}
+    for name, spec in aggs.items():
+        result = by_name.get(name)
+        if not isinstance(spec, dict) or not isinstance(result, dict):
+            continue
+        yield spec, result
+        subs = spec.get("aggs", spec.get("aggregations"))
+        if not isinstance(subs, dict):
+            continue
+        buckets = result.get("buckets", [result])   # single-bucket aggregations hold them directly
+        for bucket in buckets.values() if isinstance(buckets, dict) else buckets:
+            if isinstance(bucket, dict):
+                yield from _aggregation_results(subs, bucket)
 
 
 def apply_filter(plan_filter: filter_path.FilterPath | None, response: Any) -> Any:

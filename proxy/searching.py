@@ -20,7 +20,7 @@ from proxy import collapse, errors, filter_path, jsonio, pushdown_search, rawjso
 from proxy import http as httpx
 from proxy.params import Controls, Settings, has_invalid_escape, resolve, split_query, wants_pretty
 from proxy.routes import index_of
-from proxy.search import Plan, Skip, Window, apply_filter, finish, plan_search, round_request
+from proxy.search import Plan, Skip, Window, apply_filter, finish, plan_search, probe_request, round_request
 
 if TYPE_CHECKING:
     from proxy.app import ProxyState
@@ -82,9 +82,12 @@ async def receive(request: web.Request, raw_path: str, query: str, limit: int) -
     return Incoming(request, raw_path, query, raw, body)
 
 
-def _accepts_json(request: web.Request) -> bool:
+def _accepts_json(request: web.Request, query: str) -> bool:
+    """The answer will be JSON: neither the ``Accept`` header nor the ``format`` parameter
+    (which Elasticsearch honours on every API, ``?format=yaml``) asks for another format."""
     accept = request.headers.get("Accept", "").lower()
-    return not any(kind in accept for kind in _NON_JSON_ACCEPT)
+    formats = [value.lower() for name, value, _ in split_query(query) if name == "format"]
+    return not any(kind in accept or kind in formats for kind in _NON_JSON_ACCEPT)
 
 
 def _upstream_headers(request: web.Request, content_type: str) -> list[tuple[str, str]]:
@@ -152,7 +155,7 @@ async def search(state: "ProxyState", request: web.Request, raw_path: str, query
     content_type = request.headers.get("Content-Type")
     if incoming.body.strip() and content_type and not httpx.is_json(content_type):
         return await _pass(state, incoming, "non_json_body")
-    if not _accepts_json(request):
+    if not _accepts_json(request, query):
         return await _pass(state, incoming, "non_json_accept")
     params = split_query(query)
     try:
@@ -196,6 +199,14 @@ async def _collapse_one(state: "ProxyState", incoming: Incoming, plan: Plan) -> 
     content_type = request.headers.get("Content-Type")
     headers = _upstream_headers(request, content_type if httpx.is_json(content_type)
                                 else httpx.json_content_type_for(request.headers.get("Accept")))
+    if plan.needs_probe:   # would Elasticsearch take the client's window? Else its own answer
+        qs, body = probe_request(plan)
+        status, upstream_headers, raw = await _fetch(state, incoming, incoming.raw_path + ("?" + qs if qs else ""),
+                                                     headers, jsonio.dumps(body))
+        if 400 <= status < 500 and status != 429:
+            return await _pass(state, incoming, f"upstream_{status}")
+        if status != 200:
+            return _raw_response(incoming, status, upstream_headers, raw)
     window = Window(plan)
     offset, count = 0, plan.first_window()
     first_headers = None
@@ -275,6 +286,7 @@ class Item:
     pending: tuple[int, int] | None = None   # next (offset, count) for a planned item
     original: bool = False                   # send the original body next (fallback)
     pushdown: bool = False                   # send it as native collapse on cluster ids next
+    probe: bool = False                      # send the plan's probe_request next (the client's window)
     groups: list[list[int]] = field(default_factory=list)
     fingerprinted: int = 0
     index: str = ""                          # the header's index, else the path's (push-down looks it up)
@@ -287,7 +299,7 @@ async def msearch(state: "ProxyState", request: web.Request, raw_path: str, quer
     content_type = request.headers.get("Content-Type")
     if content_type and not httpx.is_ndjson(content_type):
         return await _pass(state, incoming, "non_json_body")
-    if not _accepts_json(request):
+    if not _accepts_json(request, query):
         return await _pass(state, incoming, "non_json_accept")
     params = split_query(query)
     if any(has_invalid_escape(raw) for _, _, raw in params):
@@ -338,6 +350,7 @@ def _parse_msearch(body: bytes, params: list[tuple[str, str, str]], controls: Co
         if plan is not None:
             item.window = Window(plan)
             item.pending = (0, plan.first_window())
+            item.probe = plan.needs_probe
         else:
             item.original = True
         items.append(item)
@@ -369,7 +382,7 @@ async def _collapse_many(state: "ProxyState", incoming: Incoming, items: list[It
                 lines += [item.header, pushdown_search.item_body(state, item)]
             else:
                 assert item.plan is not None and item.pending is not None
-                _, body = round_request(item.plan, *item.pending)
+                _, body = probe_request(item.plan) if item.probe else round_request(item.plan, *item.pending)
                 lines += [item.header, jsonio.dumps(body)]
         status, upstream_headers, raw = await _fetch(state, incoming, path_qs, headers,
                                                      b"\n".join(lines) + b"\n")
@@ -415,6 +428,9 @@ def _advance_item(state: "ProxyState", item: Item, answer: Any) -> None:
     if not ok:
         # Let Elasticsearch answer the client's own search (its error, or its success).
         item.original, item.window, item.pending = True, None, None
+        return
+    if item.probe:   # Elasticsearch takes the client's window: now the first round
+        item.probe = False
         return
     window, plan = item.window, item.plan
     window.add_round(answer, item.pending[1])
