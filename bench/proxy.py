@@ -40,6 +40,7 @@ import json
 import os
 import random
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -261,6 +262,8 @@ def pinned(es_pid: int, proxy_pids: list[int]) -> Iterator[None]:
     its own, as on a host of its own. Elasticsearch's affinity is restored afterwards."""
     first, second = sorted(os.sched_getaffinity(0))[:2]
     es_before, own_before = os.sched_getaffinity(es_pid), os.sched_getaffinity(0)
+    # SIGTERM would end the run without ``finally`` and leave the node pinned to one CPU
+    previous = signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))
     try:
         _set_affinity(es_pid, {first})
         os.sched_setaffinity(0, {first})
@@ -270,6 +273,7 @@ def pinned(es_pid: int, proxy_pids: list[int]) -> Iterator[None]:
     finally:
         _set_affinity(es_pid, es_before)
         os.sched_setaffinity(0, own_before)
+        signal.signal(signal.SIGTERM, previous)
 
 
 def queries(count: int, seed: int) -> list[str]:

@@ -21,7 +21,7 @@ Anything of unexpected shape raises :class:`CollapseError`; the caller then fail
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence
 
 import numpy as np
 from msgspec import Raw
@@ -220,6 +220,19 @@ def strip_fields(hit: dict[str, Any], added: Sequence[str]) -> None:
             fields.pop(name, None)
         if not fields:
             del hit["fields"]
+
+
+def suggestion_options(response: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every option of every suggestion of ``response`` (any name, ``typed_keys`` included). A
+    completion suggester's options are hits: Elasticsearch fetches them with the search's
+    ``fields`` (and native collapse's field), so what the proxy adds there comes back there."""
+    suggest = response.get("suggest")
+    for entries in suggest.values() if isinstance(suggest, dict) else ():
+        for entry in entries if isinstance(entries, list) else ():
+            options = entry.get("options") if isinstance(entry, dict) else None
+            for option in options if isinstance(options, list) else ():
+                if isinstance(option, dict):
+                    yield option
 
 
 @dataclass(frozen=True)

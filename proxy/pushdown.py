@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from proxy.collapse import GROUP_FIELD, INNER_HITS_NAME, SUMMARY_KEY, CollapseError
+from proxy.collapse import (GROUP_FIELD, INNER_HITS_NAME, SUMMARY_KEY, CollapseError, strip_fields,
+                            suggestion_options)
 from proxy.glob import glob_match
 
 CLUSTER_FIELD = "neardup.cluster"
@@ -260,6 +261,11 @@ def pushdown_response(response: Any, body: Mapping[str, Any], threshold: float, 
             new_fields.pop(CLUSTER_FIELD, None)
         new_fields[GROUP_FIELD] = [group[0]]
         hit["fields"] = new_fields
+    if not keep_cluster_field:
+        # Native collapse writes the cluster id into the fields of every hit it fetches, a
+        # completion suggester's options included, where no grouping replaces it.
+        for option in suggestion_options(response):
+            strip_fields(option, (CLUSTER_FIELD,))
     out = dict(response)
     aggregations = dict(out.get("aggregations") or {})
     groups_total = _pop_groups_total(aggregations)

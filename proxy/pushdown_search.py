@@ -37,7 +37,7 @@ from aiohttp import web
 from fingerprint import scheme_version
 from proxy import collapse, jsonio, pushdown, similarity
 from proxy import http as httpx
-from proxy.search import Plan, apply_filter, round_request, strip_added_from_aggregations
+from proxy.search import Plan, apply_filter, round_request, strip_added_beyond_hits
 
 if TYPE_CHECKING:
     from proxy.app import ProxyState
@@ -162,7 +162,7 @@ def rewrite(state: "ProxyState", plan: Plan, answer: Any, inner_size: int) -> di
     similarity.annotate(flat, groups, plan.channel, plan.settings.mode, state.algorithms.read)
     for hit in flat:
         collapse.strip_fields(hit, plan.added_fields)
-    return strip_added_from_aggregations(plan, response)
+    return strip_added_beyond_hits(plan, response)
 
 
 # -- _search ----------------------------------------------------------------------------------

@@ -299,12 +299,30 @@ def finish(window: Window, groups: list[list[int]], fingerprinted: int) -> dict[
         for hit in window.hits:
             collapse.strip_fields(hit, plan.added_fields)
     page = collapse.build_page(window.hits, groups, plan.start, plan.size, plan.total_as_int)
-    response = strip_added_from_aggregations(plan, dict(window.first))
+    response = strip_added_beyond_hits(plan, dict(window.first))
     response["took"] = window.took
     response["hits"] = {**window.first["hits"], "hits": page.hits}
     complete = len(groups) >= plan.wanted_groups or window.exhausted
     response[collapse.SUMMARY_KEY] = collapse.summary(
         page, plan.settings.threshold, plan.settings.mode, len(window.hits), fingerprinted, complete)
+    return response
+
+
+def strip_added_beyond_hits(plan: Plan, response: dict[str, Any]) -> dict[str, Any]:
+    """``response`` without the fingerprint fields the proxy added where Elasticsearch fetches a
+    search's top-level ``fields`` besides ``hits.hits``: the hits of ``top_hits`` aggregations
+    and the options of completion suggesters. Strips in place (the first round's own objects)."""
+    strip_added_from_aggregations(plan, response)
+    strip_added_from_suggestions(plan, response)
+    return response
+
+
+def strip_added_from_suggestions(plan: Plan, response: dict[str, Any]) -> dict[str, Any]:
+    """``response`` without the added fingerprint fields in its suggestions' options
+    (:func:`proxy.collapse.suggestion_options`): a suggester has no ``fields`` of its own, so
+    every added one goes; term and phrase options hold none."""
+    for option in collapse.suggestion_options(response):
+        collapse.strip_fields(option, plan.added_fields)
     return response
 
 

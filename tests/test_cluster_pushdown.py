@@ -70,6 +70,25 @@ def test_response_keeps_what_the_client_asked_for():
     assert out["hits"]["hits"][0]["inner_hits"]["neardup"]["hits"]["total"] == 2
 
 
+def test_the_cluster_id_stays_out_of_completion_options_unless_asked_for():
+    """Native collapse writes the cluster id into every fetched hit's fields, a completion
+    suggester's options too (Elasticsearch 8.19, tests/test_proxy.py): removed there as from
+    the hits, kept when the client's ``fields`` ask for it."""
+    def answer() -> dict:
+        out = recorded()
+        out["suggest"] = {"completion#t": [{"text": "st", "offset": 0, "length": 2, "options": [
+            {"text": "story", "_index": "news", "_id": "7", "_score": 1.0, "fields": {"neardup.cluster": ["c1"]}},
+            {"text": "stub", "_index": "news", "_id": "8", "_score": 1.0,
+             "fields": {"neardup.cluster": ["c8"], "rank": [3]}}]}]}
+        return out
+
+    options = pushdown_response(answer(), {}, 0.8, "resemblance")["suggest"]["completion#t"][0]["options"]
+    assert [o.get("fields") for o in options] == [None, {"rank": [3]}]
+    options = pushdown_response(answer(), {"fields": ["neardup.*"]}, 0.8, "resemblance")["suggest"]["completion#t"]
+    assert [o["fields"] for o in options[0]["options"]] == [{"neardup.cluster": ["c1"]},
+                                                           {"neardup.cluster": ["c8"], "rank": [3]}]
+
+
 def test_a_response_without_groups_is_refused_for_fail_open():
     answer = recorded()
     del answer["hits"]["hits"][0]["inner_hits"]
@@ -86,9 +105,11 @@ def test_query_string_options_reach_the_members_too():
               ("_source_excludes", "body", "_source_excludes=body"), ("sort", "date:desc,_score", "sort=..."),
               ("version", "true", "version=true"), ("typed_keys", "true", "typed_keys=true")]
     inner = inner_options({"highlight": {"fields": {"body": {}}}, "fields": ["neardup.v"], "sort": ["x"]}, params)
+    # Elasticsearch appends the query string's sort to the body's (RestSearchAction.parseSearchSource
+    # calls SearchSourceBuilder.sort, which adds): the members are sorted as the kept hits are.
     assert inner == {"highlight": {"fields": {"body": {}}}, "fields": ["neardup.v"],
                      "_source": {"includes": ["title", "body"], "excludes": ["body"]},
-                     "sort": [{"date": {"order": "desc"}}, "_score"], "version": True}
+                     "sort": ["x", {"date": {"order": "desc"}}, "_score"], "version": True}
     assert inner_options({"_source": ["title"]}, [("_source", "false", "_source=false")])["_source"] is False
     assert inner_options({}, [("_source", "title", "_source=title")])["_source"] == {"includes": ["title"],
                                                                                      "excludes": []}

@@ -11,6 +11,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from tests.test_proxy_support import (  # noqa: F401 - fixtures
     family_index,
     free_port,
     make_config,
+    mapping,
     pes,
     proxy,
 )
@@ -316,6 +318,38 @@ def test_aggregations_suggest_and_totals_are_left_as_elasticsearch_returns_them(
     direct_order = [h["_id"] for h in ranking["hits"]["hits"]]
     tops = [h["_id"] for h in proxied["hits"]["hits"]]
     assert tops == sorted(tops, key=direct_order.index), "ES ranking is kept"
+
+
+@pytest.mark.parametrize("path", ["window", "pushdown"])
+def test_added_fields_stay_out_of_completion_suggestions(pes: Elasticsearch, es: Elasticsearch, es_url: str,
+                                                         family_index: FamilyIndex, path: str) -> None:
+    """Elasticsearch fetches a search's top-level ``fields`` for the options of a completion
+    suggester too (they are hits, like those of ``top_hits``): the fingerprint fields the proxy
+    adds must not come back there (README "Response format": "Fields are exactly what the client
+    asked for"), on the window path, in an msearch, and pushed down."""
+    from tests.test_cluster_es import cluster
+
+    name = f"proxy-test-suggest-{uuid.uuid4().hex[:8]}"
+    mappings = mapping()
+    mappings["properties"]["tag"] = {"type": "completion"}
+    es.indices.create(index=name, mappings=mappings, settings={"number_of_shards": 1, "number_of_replicas": 0})
+    try:
+        helpers.bulk(es, ({"_index": name, "_id": i, "_source": {**d, "tag": f"story {i}"}}
+                          for i, d in family_index.docs.items()), refresh="wait_for")
+        if path == "pushdown":
+            assert cluster(es_url, name)["failed"] == 0
+        suggest = {"t": {"prefix": "story s1", "completion": {"field": "tag", "size": 4}}}
+        for body in ({"_source": False}, {"_source": ["title"], "fields": ["rank"]}):
+            request = {**body, "query": {"match": {"body": "the"}}, "size": 5, "suggest": suggest}
+            direct = es.search(index=name, **request).body
+            assert len(direct["suggest"]["t"][0]["options"]) == 4
+            proxied = pes.search(index=name, **request).body
+            assert proxied["neardup"].get("pushdown", False) == (path == "pushdown")
+            assert proxied["suggest"] == direct["suggest"]
+            item = pes.msearch(searches=[{"index": name}, request]).body["responses"][0]
+            assert "neardup" in item and item["suggest"] == direct["suggest"]
+    finally:
+        es.options(ignore_status=404).indices.delete(index=name)
 
 
 @pytest.mark.parametrize("filter_expression", [
