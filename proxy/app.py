@@ -314,6 +314,7 @@ def create_app(config: Config, algorithms: Algorithms | None = None,
     app = web.Application(middlewares=[observe], client_max_size=config.proxy.max_body_bytes)
     logging.getLogger("aiohttp.server").addFilter(_QUIET)   # once: the same filter object
     app[STATE] = state
+    app[httpx.MAX_BODY_BYTES] = config.proxy.max_body_bytes
     ops_elsewhere = bool(config.proxy.ops_address)   # then create_ops_app serves them
     app.router.add_get("/_neardup/health", ops_moved if ops_elsewhere else health, allow_head=True, **httpx.EXPECT)
     app.router.add_get("/_neardup/metrics", ops_moved if ops_elsewhere else metrics, allow_head=True, **httpx.EXPECT)

@@ -60,6 +60,12 @@ def body_too_large(size: int | None, limit: int) -> ProxyError:
                       "(proxy.max_body_bytes)")
 
 
+def client_closed() -> ProxyError:
+    """The client closed its connection before the whole request body arrived. Nobody reads
+    the answer; the 400 keeps it out of the 500s in the metrics and the access log."""
+    return illegal_argument("the connection closed before the whole request body arrived")
+
+
 def rejected(limit: int) -> ProxyError:
     """HTTP 429 ``es_rejected_execution_exception``: what Elasticsearch answers when a thread pool
     queue is full, so clients back off and retry it (the official ones do by default)."""

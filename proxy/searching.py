@@ -69,10 +69,15 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     if declared is not None and declared > limit:
         raise errors.body_too_large(declared, limit)
     data = bytearray()
-    async for chunk in request.content.iter_any():
-        data += chunk
-        if len(data) > limit:
-            raise errors.body_too_large(None, limit)
+    try:
+        async for chunk in request.content.iter_any():
+            data += chunk
+            if len(data) > limit:
+                raise errors.body_too_large(None, limit)
+    except ConnectionResetError:
+        # aiohttp's word for "the client closed before the body's end": the client's doing,
+        # not a proxy failure to log with a traceback and count as a 500.
+        raise errors.client_closed() from None
     return bytes(data)
 
 
@@ -153,6 +158,8 @@ async def search(state: "ProxyState", request: web.Request, raw_path: str, query
                  settings: Settings) -> web.StreamResponse:
     incoming = await receive(request, raw_path, query, state.config.proxy.max_body_bytes)
     content_type = request.headers.get("Content-Type")
+    if incoming.raw_body and not content_type:
+        return await _pass(state, incoming, "no_content_type")   # Elasticsearch answers 406
     if incoming.body.strip() and content_type and not httpx.is_json(content_type):
         return await _pass(state, incoming, "non_json_body")
     if not _accepts_json(request, query):
@@ -297,6 +304,8 @@ async def msearch(state: "ProxyState", request: web.Request, raw_path: str, quer
                   controls: Controls) -> web.StreamResponse:
     incoming = await receive(request, raw_path, query, state.config.proxy.max_body_bytes)
     content_type = request.headers.get("Content-Type")
+    if incoming.raw_body and not content_type:
+        return await _pass(state, incoming, "no_content_type")   # Elasticsearch answers 406
     if content_type and not httpx.is_ndjson(content_type):
         return await _pass(state, incoming, "non_json_body")
     if not _accepts_json(request, query):
