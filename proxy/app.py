@@ -219,8 +219,7 @@ async def forward(request: web.Request, raw_path: str, query: str, body: bytes |
     data: Any = body
     if body is None and request.body_exists:
         declared = request.content_length
-        if declared is not None and declared > limit:
-            raise errors.body_too_large(declared, limit)
+        errors.check_declared_length(declared, limit)
         if declared is None or declared <= BUFFERED_BODY_BYTES:
             data = await searching.read_body(request, limit)
         else:

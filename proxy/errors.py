@@ -60,6 +60,13 @@ def body_too_large(size: int | None, limit: int) -> ProxyError:
                       "(proxy.max_body_bytes)")
 
 
+def check_declared_length(declared: int | None, limit: int) -> None:
+    """Raise :func:`body_too_large` when a request declares (``Content-Length``) more than
+    ``limit`` bytes of body, before any of it is read."""
+    if declared is not None and declared > limit:
+        raise body_too_large(declared, limit)
+
+
 def client_closed() -> ProxyError:
     """The client closed its connection before the whole request body arrived. Nobody reads
     the answer; the 400 keeps it out of the 500s in the metrics and the access log."""

@@ -138,14 +138,17 @@ async def expect_continue(request: web.BaseRequest) -> web.StreamResponse | None
     expect = request.headers.get("Expect", "")
     if request.version != (1, 1):
         return None
-    too_large = _declared_too_large(request)
-    if expect.lower() == "100-continue" and too_large is not None:
-        # As Elasticsearch does: 413 instead of 100, so the client never sends a body that
-        # would be refused; closed, since it may send the body anyway.
-        response = errors.error_response(too_large)
-        response.force_close()
-        return response
     if expect.lower() == "100-continue":
+        limit = request.app.get(MAX_BODY_BYTES) if isinstance(request, web.Request) else None
+        try:
+            if limit is not None:
+                errors.check_declared_length(request.content_length, limit)
+        except errors.ProxyError as too_large:
+            # As Elasticsearch does: 413 instead of 100, so the client never sends a body that
+            # would be refused; closed, since it may send the body anyway.
+            response = errors.error_response(too_large)
+            response.force_close()
+            return response
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         request.writer.output_size = 0   # the body's answer has not started yet
         return None
@@ -153,14 +156,6 @@ async def expect_continue(request: web.BaseRequest) -> web.StreamResponse | None
         417, "illegal_argument_exception", "unsupported Expect header: only 100-continue is accepted"))
     response.force_close()   # the client may send the body anyway: do not read it as a request
     return response
-
-
-def _declared_too_large(request: web.BaseRequest) -> errors.ProxyError | None:
-    limit = request.app.get(MAX_BODY_BYTES) if isinstance(request, web.Request) else None
-    declared = request.content_length
-    if limit is None or declared is None or declared <= limit:
-        return None
-    return errors.body_too_large(declared, limit)
 
 
 #: Route options: every route of the proxy answers ``Expect`` with :func:`expect_continue`.

@@ -65,9 +65,7 @@ class Incoming:
 
 async def read_body(request: web.Request, limit: int) -> bytes:
     """The whole request body as received; 413 when it exceeds ``limit`` bytes."""
-    declared = request.content_length
-    if declared is not None and declared > limit:
-        raise errors.body_too_large(declared, limit)
+    errors.check_declared_length(request.content_length, limit)
     data = bytearray()
     try:
         async for chunk in request.content.iter_any():
@@ -87,11 +85,11 @@ async def receive(request: web.Request, raw_path: str, query: str, limit: int) -
     return Incoming(request, raw_path, query, raw, body)
 
 
-def _accepts_json(request: web.Request, query: str) -> bool:
+def _accepts_json(request: web.Request, params: list[tuple[str, str, str]]) -> bool:
     """The answer will be JSON: neither the ``Accept`` header nor the ``format`` parameter
     (which Elasticsearch honours on every API, ``?format=yaml``) asks for another format."""
     accept = request.headers.get("Accept", "").lower()
-    formats = [value.lower() for name, value, _ in split_query(query) if name == "format"]
+    formats = [value.lower() for name, value, _ in params if name == "format"]
     return not any(kind in accept or kind in formats for kind in _NON_JSON_ACCEPT)
 
 
@@ -162,9 +160,9 @@ async def search(state: "ProxyState", request: web.Request, raw_path: str, query
         return await _pass(state, incoming, "no_content_type")   # Elasticsearch answers 406
     if incoming.body.strip() and content_type and not httpx.is_json(content_type):
         return await _pass(state, incoming, "non_json_body")
-    if not _accepts_json(request, query):
-        return await _pass(state, incoming, "non_json_accept")
     params = split_query(query)
+    if not _accepts_json(request, params):
+        return await _pass(state, incoming, "non_json_accept")
     try:
         body = _parse_search_body(incoming.body, params)
     except ValueError:
@@ -210,10 +208,8 @@ async def _collapse_one(state: "ProxyState", incoming: Incoming, plan: Plan) -> 
         qs, body = probe_request(plan)
         status, upstream_headers, raw = await _fetch(state, incoming, incoming.raw_path + ("?" + qs if qs else ""),
                                                      headers, jsonio.dumps(body))
-        if 400 <= status < 500 and status != 429:
-            return await _pass(state, incoming, f"upstream_{status}")
         if status != 200:
-            return _raw_response(incoming, status, upstream_headers, raw)
+            return await _refused(state, incoming, status, upstream_headers, raw)
     window = Window(plan)
     offset, count = 0, plan.first_window()
     first_headers = None
@@ -225,10 +221,8 @@ async def _collapse_one(state: "ProxyState", incoming: Incoming, plan: Plan) -> 
         took_before, took = window.took, 0
         for (start, size), (status, upstream_headers, raw) in zip(halves, rounds):
             if status != 200:
-                if start == 0 and 400 <= status < 500 and status != 429:
-                    return await _pass(state, incoming, f"upstream_{status}")
                 if start == 0:
-                    return _raw_response(incoming, status, upstream_headers, raw)
+                    return await _refused(state, incoming, status, upstream_headers, raw)
                 raise FailOpen(f"upstream answered {status} to a tail round")
             first_headers = first_headers or upstream_headers
             before = window.took
@@ -273,6 +267,16 @@ async def _together(fetches: list[Any]) -> list[tuple[int, Any, bytes]]:
     return results  # type: ignore[return-value]
 
 
+async def _refused(state: "ProxyState", incoming: Incoming, status: int, upstream_headers: Any,
+                   raw: bytes) -> web.StreamResponse:
+    """The answer when the first request of a collapsed search is not answered 200: to a client
+    error (4xx but 429) Elasticsearch's answer to the original request, so the client sees its
+    own error, not one about the rewrite; anything else (429, 5xx) as the upstream sent it."""
+    if 400 <= status < 500 and status != 429:
+        return await _pass(state, incoming, f"upstream_{status}")
+    return _raw_response(incoming, status, upstream_headers, raw)
+
+
 def _raw_response(incoming: Incoming, status: int, upstream_headers: Any, raw: bytes) -> web.Response:
     headers = httpx.response_headers(upstream_headers, drop=("content-length", "content-encoding"))
     response = web.Response(status=status, body=raw)
@@ -308,9 +312,9 @@ async def msearch(state: "ProxyState", request: web.Request, raw_path: str, quer
         return await _pass(state, incoming, "no_content_type")   # Elasticsearch answers 406
     if content_type and not httpx.is_ndjson(content_type):
         return await _pass(state, incoming, "non_json_body")
-    if not _accepts_json(request, query):
-        return await _pass(state, incoming, "non_json_accept")
     params = split_query(query)
+    if not _accepts_json(request, params):
+        return await _pass(state, incoming, "non_json_accept")
     if any(has_invalid_escape(raw) for _, _, raw in params):
         return await _pass(state, incoming, "invalid_parameter")
     try:
@@ -396,10 +400,8 @@ async def _collapse_many(state: "ProxyState", incoming: Incoming, items: list[It
         status, upstream_headers, raw = await _fetch(state, incoming, path_qs, headers,
                                                      b"\n".join(lines) + b"\n")
         if status != 200:
-            if first is None and 400 <= status < 500 and status != 429:
-                return await _pass(state, incoming, f"upstream_{status}")
             if first is None:
-                return _raw_response(incoming, status, upstream_headers, raw)
+                return await _refused(state, incoming, status, upstream_headers, raw)
             raise FailOpen(f"upstream answered {status} to a tail round")
         reply = rawjson.loads_msearch(raw)
         responses = reply.get("responses") if isinstance(reply, dict) else None
