@@ -94,3 +94,25 @@ def test_each_run_replaces_only_its_own_section_of_results(bench, tmp_path):
     assert text.count("## Proxy") == 2 and "old shared" not in text and "pinned one" not in text
     assert "shared two" in text and "pinned three" in text and text.endswith("pinned three\n\n")
     assert text.index("shared two") < text.index("## Indexer") < text.index("indexer text")
+
+
+@pytest.mark.parametrize("size", [1, 10, 25, 100, 500])
+def test_spares_reference_asks_for_the_proxys_first_window(bench, size):
+    """The *spares* reference costs Elasticsearch what the proxy's first window costs it only if
+    it asks for the same number of hits (the proxy's plan for the bench's search; the bench's
+    sizes are far below ``collapse.max_window``, which caps the proxy's window, not the
+    reference's)."""
+    from neardup.config import load_config
+    from proxy.params import parse_controls, resolve, split_query
+    from proxy.search import Plan, plan_search
+
+    config = load_config()
+    body = {"query": {"match": {"title": "oil prices rise"}}, "size": size}
+    controls, _, _ = parse_controls("", {})
+    plan = plan_search(body, split_query(""), resolve(controls, config.collapse, "reuters", config.tfidf.threshold),
+                       config.collapse.max_window)
+    assert isinstance(plan, Plan)
+
+    sent, asked = bench.with_spares(json.dumps(body).encode())
+    assert asked == size
+    assert json.loads(sent) == {**body, "size": plan.first_window()}
