@@ -14,6 +14,9 @@ like Elasticsearch does.
 from __future__ import annotations
 
 import json
+import math
+import re
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 from typing import Any
 
 import msgspec
@@ -130,24 +133,159 @@ def _raw_parsed(value: Any) -> Any:
 
 
 def dumps(value: Any, pretty: bool = False) -> bytes:
-    """Serialise to UTF-8 JSON bytes; ``pretty`` indents by two spaces.
+    """Serialise to UTF-8 JSON bytes: compact, or with ``pretty`` as Elasticsearch writes
+    ``?pretty`` (:func:`pretty_bytes`).
 
     A :class:`msgspec.Raw` value (a hit's ``_source`` as Elasticsearch sent it) is written
-    unchanged; pretty output, and the standard library's fallback, parse it and indent it
-    with the rest."""
-    if not pretty:
-        try:
-            return _dumps_splicing_raw(value)
-        except (TypeError, orjson.JSONEncodeError):
-            pass
-    else:
-        try:
-            return orjson.dumps(value, default=_raw_parsed, option=orjson.OPT_INDENT_2)
-        except (TypeError, orjson.JSONEncodeError, ValueError):
-            pass
-    text = json.dumps(value, indent=2 if pretty else None,
-                      separators=None if pretty else (",", ":"), default=_raw_parsed)
-    return text.encode("ascii")
+    unchanged in compact output; the standard library's fallback parses it."""
+    try:
+        compact = _dumps_splicing_raw(value)
+    except (TypeError, orjson.JSONEncodeError):
+        compact = json.dumps(value, separators=(",", ":"), default=_raw_parsed).encode("ascii")
+    return pretty_bytes(compact) if pretty else compact
+
+
+# -- Elasticsearch's ?pretty ------------------------------------------------------------------
+# Elasticsearch's pretty output is Jackson's DefaultPrettyPrinter as XContent configures it:
+# two-space indent, "\n" line feeds, ``"key" : value``, one array element per line, ``{ }``
+# and ``[ ]`` for empty containers, and a final "\n". A ``_source`` is not copied as stored but
+# parsed and written again by Jackson, which is what the token rewriting below reproduces.
+
+#: A JSON token, after optional whitespace (a spliced ``_source`` keeps its own spacing).
+_TOKEN = re.compile(rb'[ \t\n\r]*(?:("[^"\\]*(?:\\.[^"\\]*)*")|([{}\[\],:])|([^ \t\n\r{}\[\],:"]+))',
+                    re.DOTALL)
+#: A string token Jackson would write differently: it has an escape, or a 4-byte UTF-8
+#: character (Jackson escapes those as two ``\\uXXXX`` surrogates).
+_REWRITE_STRING = re.compile(rb"[\\\xf0-\xf4]")
+#: A ``\\u00xx`` escape (the standard library writes lower-case hex, Jackson upper case), or
+#: an escaped backslash, matched first so that the ``u`` after it is never taken for an escape.
+_CONTROL_ESCAPE = re.compile(r"\\\\|\\u00[01][0-9a-f]")
+_FLOAT_MARK = re.compile(rb"[.eE]")
+_SURROGATES = re.compile("[\ud800-\udfff\U00010000-\U0010ffff]")
+
+
+def _utf16_escape(match: re.Match[str]) -> str:
+    units = match.group().encode("utf-16-be", "surrogatepass")
+    return "".join(f"\\u{units[k]:02X}{units[k + 1]:02X}" for k in range(0, len(units), 2))
+
+
+def _upper_hex(match: re.Match[str]) -> str:
+    return match.group()[:2] + match.group()[2:].upper()
+
+
+def _jackson_string(token: bytes) -> bytes:
+    """A JSON string token as Jackson writes its value (the same token when nothing differs).
+
+    Jackson escapes ``"`` and ``\\``, ``\\b \\t \\n \\f \\r``, the other control characters as
+    ``\\u00XX`` (upper case), and each UTF-16 surrogate (of a character beyond U+FFFF, or a
+    lone one) as ``\\uXXXX``; everything else is UTF-8. The standard library's writer does the
+    same but for the case of the hex digits and the surrogates."""
+    if _REWRITE_STRING.search(token) is None:
+        return token
+    text = json.dumps(json.loads(token), ensure_ascii=False)
+    if "\\u" in text:
+        text = _CONTROL_ESCAPE.sub(_upper_hex, text)
+    return _SURROGATES.sub(_utf16_escape, text).encode("utf-8")
+
+
+def java_double(value: float) -> str:
+    """``value`` as Java's ``Double.toString`` writes it (JDK 19 and later: the shortest
+    decimal that reads back as ``value``, of at least two digits where a two-digit one is
+    closer): plain from 10^-3 up to 10^7, else ``d.dddE±n``, always with a fractional digit."""
+    sign = "-" if math.copysign(1.0, value) < 0 else ""
+    if value == 0.0:
+        return sign + "0.0"
+    digits, exponent = _shortest_decimal(abs(value))
+    text = "".join(map(str, digits))
+    point = len(text) + exponent            # the decimal point sits after ``point`` digits
+    if -2 <= point <= 7:
+        if point <= 0:
+            plain = "0." + "0" * -point + text
+        elif point >= len(text):
+            plain = text + "0" * (point - len(text)) + ".0"
+        else:
+            plain = text[:point] + "." + text[point:]
+        return sign + plain
+    return f"{sign}{text[0]}.{text[1:] or '0'}E{point - 1}"
+
+
+def _shortest_decimal(value: float) -> tuple[tuple[int, ...], int]:
+    """(digits, exponent) of Java's decimal for ``value`` > 0: ``digits * 10**exponent``, no
+    trailing zero. Python's ``repr`` is the shortest decimal that reads back as ``value``."""
+    decimal = Decimal(repr(value)).normalize()
+    _, digits, exponent = decimal.as_tuple()
+    assert isinstance(exponent, int)
+    if len(digits) == 1:    # Java prefers a closer two-digit decimal (only subnormals have one)
+        return _closest_short_decimal(value, decimal)
+    return tuple(digits), exponent
+
+
+def _closest_short_decimal(value: float, shortest: Decimal) -> tuple[tuple[int, ...], int]:
+    """Of the one-digit ``shortest`` and the two-digit decimals around ``value`` that read back
+    as ``value``, the closest (ties: even last digit), exactly (a double has < 800 digits)."""
+    with localcontext() as context:
+        context.prec = 800
+        exact = Decimal(value)
+        scale = exact.adjusted() - 1
+        scaled = exact.scaleb(-scale)
+        candidates = [shortest] + [Decimal(f"{int(scaled.to_integral_value(rounding))}e{scale}")
+                                   for rounding in (ROUND_FLOOR, ROUND_CEILING)]
+        best = min((c for c in candidates if float(c) == value),
+                   key=lambda c: (abs(c - exact), c.normalize().as_tuple().digits[-1] % 2))
+        _, digits, exponent = best.normalize().as_tuple()
+    assert isinstance(exponent, int)
+    return tuple(digits), exponent
+
+
+def _jackson_number(token: bytes) -> bytes:
+    """A number token as Jackson writes it back: an integer unchanged (any size; ``-0`` is
+    ``0``), a float as a double in Java's notation, one too large for a double as the string
+    ``"Infinity"`` (Jackson's quoted non-numeric numbers)."""
+    if not _FLOAT_MARK.search(token):
+        return b"0" if token == b"-0" else token
+    value = float(token)
+    if math.isinf(value):
+        return b'"-Infinity"' if value < 0 else b'"Infinity"'
+    return java_double(value).encode()
+
+
+def pretty_bytes(compact: bytes) -> bytes:
+    """Compact JSON (spaced raw values allowed) as Elasticsearch's ``?pretty`` writes it.
+
+    Whitespace is added, and each string and number is written the way Jackson writes it back
+    after parsing: what Elasticsearch does to a ``_source`` when it pretty-prints (``1.50`` →
+    ``1.5``), no change to what Jackson wrote (the rest of Elasticsearch's answer), and the
+    proxy's own floats, written by orjson (``0.00001``), in Java's notation (``1.0E-5``).
+    Strings are only re-read when they could differ (an escape, a 4-byte character), integers
+    never (but ``-0``); a float is read as a double and written as Java does, which gives back
+    the text of a float Elasticsearch wrote."""
+    out: list[bytes] = []
+    depth = 0
+    opened = False     # the last token opened a container: an empty one closes as ``{ }``/``[ ]``
+    for match in _TOKEN.finditer(compact):
+        string, punct, scalar = match.groups()
+        if punct is not None and punct in b"}]":
+            depth -= 1
+            out.append(b" " + punct if opened else b"\n" + b"  " * depth + punct)
+            opened = False
+            continue
+        if opened:
+            out.append(b"\n" + b"  " * depth)
+            opened = False
+        if string is not None:
+            out.append(_jackson_string(string))
+        elif scalar is not None:
+            out.append(_jackson_number(scalar) if scalar[0] in b"-0123456789" else scalar)
+        elif punct == b":":
+            out.append(b" : ")
+        elif punct == b",":
+            out.append(b",\n" + b"  " * depth)
+        else:
+            out.append(punct)
+            depth += 1
+            opened = True
+    out.append(b"\n")
+    return b"".join(out)
 
 
 class _DuplicateKey(ValueError):

@@ -18,8 +18,7 @@ them, fingerprinted). Each is sent
     Elasticsearch's page. A search the proxy passes through (README "What is collapsed and
     what passes through": header ``X-Neardup-Skipped``) is Elasticsearch's answer, byte for
     byte. With ``filter_path``, each filtered hit is Elasticsearch's filtering of that hit.
-    Bodies are compared parsed: ``pretty`` output is indented by the proxy's own writer
-    (``"key": value``, where Elasticsearch's Jackson writes ``"key" : value`` and ``[ ]``).
+    Bodies are compared parsed (``pretty`` output byte for byte: ``tests/test_proxy_pretty.py``).
 
 The same searches run on a clustered copy of the index too, where the proxy pushes them down to
 native collapse on the stored cluster ids (README, Clusters: "Push-down"): the members then come

@@ -262,4 +262,4 @@ def test_spliced_output_falls_back_like_before() -> None:
     with pytest.raises(TypeError):
         jsonio.dumps({"x": object(), "src": _raw("1")})
     assert jsonio.dumps({"src": _raw(SOURCES[1])}, pretty=True) == \
-        b'{\n  "src": {\n    "spaced": [\n      1,\n      2\n    ]\n  }\n}'
+        b'{\n  "src" : {\n    "spaced" : [\n      1,\n      2\n    ]\n  }\n}\n'

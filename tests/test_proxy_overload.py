@@ -149,7 +149,7 @@ def test_one_request_over_the_limit_gets_429_and_the_held_ones_complete(upstream
                       "(proxy.max_in_flight = 4); retry later")
             cause = {"type": "es_rejected_execution_exception", "reason": reason}
             assert json.loads(body) == {"error": {"root_cause": [cause], **cause}, "status": 429}
-            assert body.startswith(b'{\n  "error": {\n'), "?pretty is honoured on the 429 too"
+            assert body.startswith(b'{\n  "error" : {\n'), "?pretty is honoured on the 429 too"
 
             # Health and metrics are never shed, even at the limit.
             status, health = get(proxy.url + "/_neardup/health")
@@ -172,7 +172,7 @@ def test_one_request_over_the_limit_gets_429_and_the_held_ones_complete(upstream
         assert sum(1 for path in upstream.received if path.startswith("/held")) == LIMIT + 1
         # The proxy's own errors are pretty-printed on request, compact otherwise.
         status, body = get(proxy.url + "/i/_search?neardup_threshold=2&pretty")
-        assert status == 400 and body.startswith(b'{\n  "error": {\n') and b"neardup_threshold" in body
+        assert status == 400 and body.startswith(b'{\n  "error" : {\n') and b"neardup_threshold" in body
         status, body = get(proxy.url + "/i/_search?neardup_threshold=2&pretty=false")
         assert status == 400 and body.startswith(b'{"error":{')
     finally:
