@@ -188,7 +188,11 @@ def plan_search(body: dict[str, Any], params: list[tuple[str, str, str]], settin
             _matches_fingerprint(list(script_fields), needed):
         return Skip("fingerprint_field_requested")
     source_params = {"_source", "_source_includes", "_source_excludes"} & query.keys()
-    whole_source = (body.get("_source", True) is True and not stored
+    # Any stored_fields, even an empty list, turns Elasticsearch's _source fetching off, unless
+    # the request asks for _source: true itself (then the whole source comes back as well).
+    stored_given = "stored_fields" in body or "stored_fields" in query
+    source_forced = body.get("_source") is True or query.get("_source", "").lower() == "true"
+    whole_source = (body.get("_source", True) is True and (source_forced or not stored_given)
                     and (not source_params or (source_params == {"_source"}
                                                and query["_source"].lower() == "true")))
     channel: collapse.Channel = "_source" if whole_source else "fields"

@@ -280,6 +280,8 @@ def strip_ours(hit: dict) -> dict:
     ({}, "_source_includes=title&_source_excludes=body"),
     ({}, "_source=false"),
     ({"stored_fields": ["title"]}, ""),
+    ({"stored_fields": []}, ""),
+    ({"stored_fields": [], "_source": True}, ""),
     ({"docvalue_fields": ["topics", "rank"], "_source": False}, ""),
     ({"fields": ["title", "neardup.v"], "_source": False}, ""),
     ({"fields": ["*"], "_source": ["family"]}, ""),
@@ -301,6 +303,29 @@ def test_hits_have_exactly_the_fields_elasticsearch_returns(pes: Elasticsearch, 
             assert strip_ours(hit) == by_id[hit["_id"]]
             checked += 1
     assert checked >= 10 and proxied["hits"]["total"] == direct["hits"]["total"]
+
+
+@pytest.mark.parametrize("body, query", [
+    ({"stored_fields": []}, ""),          # ids only: no _source, no stored fields
+    ({}, "stored_fields="),
+    ({"_source": False}, ""),
+    ({"stored_fields": ["title"], "_source": True}, ""),
+    ({"_source": ["title"]}, ""),
+])
+def test_the_groups_do_not_depend_on_what_the_client_fetches(pes: Elasticsearch, family_index: FamilyIndex,
+                                                             body: dict, query: str) -> None:
+    """Whatever the client asks to be fetched (ids only, no source, part of it), the proxy reads
+    the fingerprints and folds the same hits as for a plain search."""
+    def groups(extra: dict, params: dict) -> list[list[str]]:
+        answer = pes.search(index=family_index.name, sort=["rank"], size=20, **extra, **params).body
+        assert answer["neardup"]["fingerprinted"] >= 20
+        return [[hit["_id"]] + [m["_id"] for m in hit["inner_hits"]["neardup"]["hits"]["hits"]]
+                for hit in answer["hits"]["hits"]]
+
+    params = {k.lstrip("_"): v for k, v in (p.split("=") for p in query.split("&") if p)}
+    plain = groups({}, {})
+    assert any(len(group) > 1 for group in plain), "the page should fold near-duplicates"
+    assert groups(body, params) == plain
 
 
 def test_aggregations_suggest_and_totals_are_left_as_elasticsearch_returns_them(

@@ -125,11 +125,16 @@ def test_whole_source_uses_the_source_channel_and_adds_nothing() -> None:
     planned = plan({"query": {"match_all": {}}})
     assert isinstance(planned, Plan) and planned.channel == "_source" and planned.added_fields == ()
     assert plan({"_source": True}, "_source=true").channel == "_source"
+    # stored_fields turns the source off unless _source: true asks for it (Elasticsearch then
+    # returns the whole source beside the stored fields)
+    assert plan({"stored_fields": [], "_source": True}).channel == "_source"
+    assert plan({"stored_fields": ["title"]}, "_source=true").channel == "_source"
 
 
 @pytest.mark.parametrize("body, query", [
     ({"_source": False}, ""), ({"_source": ["title"]}, ""), ({}, "_source=false"),
     ({}, "_source_includes=title"), ({}, "_source_excludes=body"), ({"stored_fields": ["title"]}, ""),
+    ({"stored_fields": []}, ""), ({}, "stored_fields="), ({"stored_fields": "_id"}, ""),
 ])
 def test_filtered_source_fetches_fingerprints_through_fields(body: dict, query: str) -> None:
     planned = plan(body, query)
