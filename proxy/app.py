@@ -162,7 +162,8 @@ async def _handle(request: web.Request, handler: Handler, state: ProxyState,
 
 def _error(request: web.Request, error: errors.ProxyError) -> web.Response:
     """``error`` in Elasticsearch's format, pretty-printed when the request asked (``?pretty``)."""
-    return error_response(error, pretty=wants_pretty(split_query(request.raw_path.partition("?")[2])))
+    pretty = wants_pretty(split_query(request.raw_path.partition("?")[2]))
+    return httpx.encoded_for(request, error_response(error, pretty=pretty))
 
 
 def _log_access(request: web.Request, response: web.StreamResponse, elapsed: float) -> None:

@@ -118,6 +118,15 @@ def gzip_bytes(data: bytes) -> bytes:
     return gzip.compress(data, compresslevel=3, mtime=0)
 
 
+def encoded_for(request: web.BaseRequest, response: web.Response) -> web.Response:
+    """``response`` (a whole body the proxy wrote itself) gzipped when the client accepts gzip,
+    as Elasticsearch compresses every answer then, errors included."""
+    if accepts_gzip(request.headers.get("Accept-Encoding")) and isinstance(response.body, bytes):
+        response.body = gzip_bytes(response.body)
+        response.headers["Content-Encoding"] = "gzip"
+    return response
+
+
 def gunzip_response(data: bytes, content_encoding: str | None) -> bytes:
     coding = (content_encoding or "").strip().lower()
     if coding in ("gzip", "x-gzip"):

@@ -115,16 +115,15 @@ async def _fetch(state: "ProxyState", incoming: Incoming, path_qs: str,
 
 def _respond(incoming: Incoming, status: int, upstream_headers: Any, value: Any,
              pretty: bool) -> web.Response:
-    body = jsonio.dumps(value, pretty=pretty)
-    headers = httpx.response_headers(upstream_headers, drop=("content-length", "content-encoding"))
-    response = web.Response(status=status, body=None)
-    for name, item in headers:
-        response.headers.add(name, item)
-    if httpx.accepts_gzip(incoming.request.headers.get("Accept-Encoding")):
-        body = httpx.gzip_bytes(body)
-        response.headers["Content-Encoding"] = "gzip"
-    response.body = body
-    return response
+    return _upstream_response(incoming, status, upstream_headers, jsonio.dumps(value, pretty=pretty))
+
+
+def _upstream_response(incoming: Incoming, status: int, upstream_headers: Any, body: bytes) -> web.Response:
+    """``body`` (decoded JSON) with the upstream's headers, gzipped if the client accepts it."""
+    response = web.Response(status=status, body=body)
+    for name, value in httpx.response_headers(upstream_headers, drop=("content-length", "content-encoding")):
+        response.headers.add(name, value)
+    return httpx.encoded_for(incoming.request, response)
 
 
 async def _pass(state: "ProxyState", incoming: Incoming, reason: str | None) -> web.StreamResponse:
@@ -278,12 +277,8 @@ async def _refused(state: "ProxyState", incoming: Incoming, status: int, upstrea
 
 
 def _raw_response(incoming: Incoming, status: int, upstream_headers: Any, raw: bytes) -> web.Response:
-    headers = httpx.response_headers(upstream_headers, drop=("content-length", "content-encoding"))
-    response = web.Response(status=status, body=raw)
-    for name, value in headers:
-        response.headers.add(name, value)
     incoming.request[OUTCOME] = f"upstream_{status}"
-    return response
+    return _upstream_response(incoming, status, upstream_headers, raw)
 
 
 # -- _msearch -------------------------------------------------------------------------------

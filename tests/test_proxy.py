@@ -196,6 +196,22 @@ def test_gzip_both_ways(proxy: ProxyThread, es_url: str, family_index: FamilyInd
         client.close()
 
 
+def test_the_proxys_own_errors_are_gzipped_like_elasticsearchs(proxy: ProxyThread, es_url: str,
+                                                              family_index: FamilyIndex) -> None:
+    """Elasticsearch compresses every answer when the client accepts gzip, errors included;
+    so does the proxy for the errors it writes itself (here a bad control parameter)."""
+    accept = {"Content-Type": "application/json", "Accept-Encoding": "gzip"}
+    status, head, raw = http(proxy.url + f"/{family_index.name}/_search?neardup_threshold=2", "POST", b"{}", accept)
+    direct = http(es_url + f"/{family_index.name}/_search?size=x", "POST", b"{}", accept)
+    assert status == direct[0] == 400
+    assert head.get("content-encoding") == direct[1].get("content-encoding") == "gzip"
+    error = json.loads(gzip.decompress(raw))
+    assert error["status"] == 400 and "neardup_threshold" in error["error"]["reason"]
+    status, head, raw = http(proxy.url + f"/{family_index.name}/_search?neardup_threshold=2", "POST", b"{}",
+                             {"Content-Type": "application/json"})
+    assert status == 400 and "content-encoding" not in head and json.loads(raw)["status"] == 400
+
+
 # -- collapsing -----------------------------------------------------------------------------
 def shown_ids(response: dict) -> list[str]:
     ids = []
