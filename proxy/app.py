@@ -100,7 +100,13 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = _shed(request, state, limit)
     else:
         response = await _handle(request, handler, state, counted)
-    elapsed = time.perf_counter() - started
+    account(request, response, time.perf_counter() - started)
+    return response
+
+
+def account(request: web.Request, response: web.StreamResponse, elapsed: float) -> None:
+    """The metrics and the access-log line of one answered request."""
+    state = request.app[STATE]
     route = request[ROUTE]
     state.metrics.inc("neardup_proxy_requests_total", route=route, status=str(response.status))
     state.metrics.observe(elapsed, route=route)
@@ -110,7 +116,14 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     state.metrics.maybe_write_snapshot()
     if access_log.isEnabledFor(logging.INFO):
         _log_access(request, response, elapsed)
-    return response
+
+
+def _account_refused_expectation(request: web.Request, response: web.StreamResponse) -> None:
+    """An ``Expect`` refused before the body (413, 417): aiohttp answers it before any
+    middleware runs, so :func:`observe` never sees it; counted and logged here instead."""
+    request[ROUTE] = "expect"
+    request[OUTCOME] = "expectation_refused"
+    account(request, response, 0.0)
 
 
 #: Paths answered even when ``proxy.max_in_flight`` requests are in flight: an overloaded proxy
@@ -315,6 +328,7 @@ def create_app(config: Config, algorithms: Algorithms | None = None,
     logging.getLogger("aiohttp.server").addFilter(_QUIET)   # once: the same filter object
     app[STATE] = state
     app[httpx.MAX_BODY_BYTES] = config.proxy.max_body_bytes
+    app[httpx.EXPECT_REFUSED] = _account_refused_expectation
     ops_elsewhere = bool(config.proxy.ops_address)   # then create_ops_app serves them
     app.router.add_get("/_neardup/health", ops_moved if ops_elsewhere else health, allow_head=True, **httpx.EXPECT)
     app.router.add_get("/_neardup/metrics", ops_moved if ops_elsewhere else metrics, allow_head=True, **httpx.EXPECT)
@@ -345,6 +359,7 @@ def create_ops_app(main: web.Application) -> web.Application:
     the main application's state (upstream session, metrics), so start the main one first."""
     ops = web.Application(middlewares=[observe])
     ops[STATE] = main[STATE]
+    ops[httpx.EXPECT_REFUSED] = _account_refused_expectation
     ops.router.add_get("/_neardup/health", health, allow_head=True, **httpx.EXPECT)
     ops.router.add_get("/_neardup/metrics", metrics, allow_head=True, **httpx.EXPECT)
     playground.register_ops(ops, ops[STATE].config, proxy_request)

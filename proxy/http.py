@@ -11,7 +11,7 @@ from __future__ import annotations
 import gzip
 import re
 import zlib
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from aiohttp import web
 
@@ -138,6 +138,9 @@ def gunzip_response(data: bytes, content_encoding: str | None) -> bytes:
 
 #: The app's ``proxy.max_body_bytes``, for :func:`expect_continue` (set by ``create_app``).
 MAX_BODY_BYTES = web.AppKey("max_body_bytes", int)
+#: Called with each request whose ``Expect`` :func:`expect_continue` refuses, and the refusal:
+#: the app's metrics and access log (set by ``create_app``; aiohttp answers before middleware).
+EXPECT_REFUSED: web.AppKey[Callable[[web.Request, web.StreamResponse], None]] = web.AppKey("expect_refused")
 
 
 async def expect_continue(request: web.BaseRequest) -> web.StreamResponse | None:
@@ -154,16 +157,21 @@ async def expect_continue(request: web.BaseRequest) -> web.StreamResponse | None
                 errors.check_declared_length(request.content_length, limit)
         except errors.ProxyError as too_large:
             # As Elasticsearch does: 413 instead of 100, so the client never sends a body that
-            # would be refused; closed, since it may send the body anyway.
-            response = errors.error_response(too_large)
-            response.force_close()
-            return response
+            # would be refused.
+            return _refuse_expectation(request, too_large)
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         request.writer.output_size = 0   # the body's answer has not started yet
         return None
-    response = errors.error_response(errors.ProxyError(
+    return _refuse_expectation(request, errors.ProxyError(
         417, "illegal_argument_exception", "unsupported Expect header: only 100-continue is accepted"))
+
+
+def _refuse_expectation(request: web.BaseRequest, error: errors.ProxyError) -> web.StreamResponse:
+    response = errors.error_response(error)
     response.force_close()   # the client may send the body anyway: do not read it as a request
+    hook = request.app.get(EXPECT_REFUSED) if isinstance(request, web.Request) else None
+    if hook is not None:
+        hook(request, response)
     return response
 
 

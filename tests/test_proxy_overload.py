@@ -365,8 +365,16 @@ def test_the_pure_python_parsers_quoted_bytes_never_reach_the_answer(exc: BaseEx
     assert "SECRET" not in errors.malformed_request(400, exc).reason
 
 
+def expect_refusals(url: str, status: int) -> float:
+    _, text = get(url + "/_neardup/metrics")
+    found = re.search(rb'^neardup_proxy_requests_total\{route="expect",status="%d"\} (\S+)$' % status, text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
 def test_an_unknown_expectation_gets_an_elasticsearch_json_417(proxy_for_garbage: ProxyProcess) -> None:
-    """aiohttp answers ``Expect`` before any middleware runs; its default is a plain-text 417."""
+    """aiohttp answers ``Expect`` before any middleware runs; its default is a plain-text 417.
+    The refusal is still counted in the metrics, as every answer is."""
+    before = expect_refusals(proxy_for_garbage.url, 417)
     status, headers, body = exchange(proxy_for_garbage.url, b"POST /x/_search HTTP/1.1\r\nHost: x\r\n"
                                      b"Expect: foo\r\nContent-Length: 2\r\n\r\n{}")
     assert status == 417
@@ -374,6 +382,16 @@ def test_an_unknown_expectation_gets_an_elasticsearch_json_417(proxy_for_garbage
     cause = {"type": "illegal_argument_exception",
              "reason": "unsupported Expect header: only 100-continue is accepted"}
     assert json.loads(body) == {"error": {"root_cause": [cause], **cause}, "status": 417}
+    assert expect_refusals(proxy_for_garbage.url, 417) == before + 1
+
+
+def test_an_expected_body_over_the_limit_is_refused_and_counted(proxy_for_garbage: ProxyProcess) -> None:
+    before = expect_refusals(proxy_for_garbage.url, 413)
+    status, headers, body = exchange(proxy_for_garbage.url, b"POST /x/_search HTTP/1.1\r\nHost: x\r\n"
+                                     b"Expect: 100-continue\r\nContent-Type: application/json\r\n"
+                                     b"Content-Length: 999999999999\r\n\r\n")
+    assert status == 413 and json.loads(body)["error"]["type"] == "content_too_long_exception"
+    assert expect_refusals(proxy_for_garbage.url, 413) == before + 1
 
 
 def test_expect_100_continue_still_gets_the_interim_answer(proxy_for_garbage: ProxyProcess) -> None:
