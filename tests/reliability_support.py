@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import collections
+import gzip
 import http.client
 import json
 import logging
@@ -46,8 +47,19 @@ class Outcome:
     def complete(self) -> bool:
         return self.error is None
 
+    @property
+    def content(self) -> bytes:
+        """The body with its ``Content-Encoding`` (gzip) undone, as a client reads it; the bytes
+        as received when they are not what the header says."""
+        if self.headers.get("content-encoding", "").lower() in ("gzip", "x-gzip"):
+            try:
+                return gzip.decompress(self.body)
+            except (OSError, EOFError):
+                return self.body
+        return self.body
+
     def json(self) -> Any:
-        return json.loads(self.body)
+        return json.loads(self.content)
 
 
 def fetch(url: str, method: str, path: str, body: bytes | None = None,
@@ -115,7 +127,7 @@ def es_error(body: bytes) -> tuple[str, str] | None:
 
 
 def es_error_type(outcome: Outcome) -> str | None:
-    found = es_error(outcome.body)
+    found = es_error(outcome.content)
     return found[0] if found else None
 
 

@@ -279,7 +279,7 @@ def test_requests_through_the_proxy_are_answered_like_elasticsearch(
     logs.clear()
     via = fetch(proxy.url, method, path, body, headers)
     assert via.complete, via
-    assert es_error_type(via) != "neardup_proxy_exception" and b"Traceback" not in via.body
+    assert es_error_type(via) != "neardup_proxy_exception" and b"Traceback" not in via.content
     assert not logs.errors(), [r.getMessage() for r in logs.errors()]
     assert proxy.metrics.counters["neardup_proxy_fail_open_total"][()] == fail_open, "failed open on a real answer"
     error = es_error_type(via) or ""
@@ -290,7 +290,7 @@ def test_requests_through_the_proxy_are_answered_like_elasticsearch(
     if not direct.complete:   # Elasticsearch hung up on it: the proxy says so cleanly
         assert via.status == 502 and error == "neardup_upstream_exception", (direct, via)
         return
-    assert via.status == direct.status, (method, path, body and body[:200], headers, via.body[:300], direct.body[:300])
+    assert via.status == direct.status, (method, path, body and body[:200], headers, via.content[:300], direct.content[:300])
 
 
 # -- 3. end to end against an upstream that answers garbage --------------------------------------------
@@ -346,13 +346,13 @@ def test_garbage_from_the_upstream_never_looks_valid(fuzz_counts, garbage_proxy,
     if not out.complete:
         assert framing != "ok" and out.got_status_line, out   # broke off visibly, after a good start
         return
-    assert es_error_type(out) != "neardup_proxy_exception" and b"Traceback" not in out.body
+    assert es_error_type(out) != "neardup_proxy_exception" and b"Traceback" not in out.content
     if out.status == 502 and es_error_type(out) == "neardup_upstream_exception":
         return
     assert framing == "ok", f"a broken-off upstream body reached the client as complete: {out}"
     head, _, upstream_body = raw.partition(b"\r\n\r\n")
     status = int(head.split(b" ")[1])
-    if (out.status, out.body) == (status, upstream_body):
+    if (out.status, out.content) == (status, upstream_body):
         return   # unchanged
     assert out.status == 200 == status and method == "POST", out
     answer_value, said = out.json(), json.loads(upstream_body)
