@@ -179,6 +179,13 @@ def _error(request: web.Request, error: errors.ProxyError) -> web.Response:
     return httpx.encoded_for(request, error_response(error, pretty=pretty))
 
 
+def _body_bytes(response: web.StreamResponse) -> int:
+    """The answer's body length: what a streamed answer wrote, else the body a whole answer
+    carries (aiohttp counts a whole body only once it is written, after the log line)."""
+    body = response.body if isinstance(response, web.Response) else None
+    return response.body_length or (len(body) if isinstance(body, (bytes, bytearray)) else 0)
+
+
 def _log_access(request: web.Request, response: web.StreamResponse, elapsed: float) -> None:
     raw_path, _, raw_query = request.raw_path.partition("?")
     fields = {
@@ -187,7 +194,7 @@ def _log_access(request: web.Request, response: web.StreamResponse, elapsed: flo
         "url.path": raw_path,
         "url.query_params": sorted({name for name, _, _ in split_query(raw_query)}),
         "http.response.status_code": response.status,
-        "http.response.body.bytes": response.body_length,
+        "http.response.body.bytes": _body_bytes(response),
         "event.duration_ms": round(elapsed * 1000, 3),
         "neardup.route": request[ROUTE],
         "neardup.outcome": request[OUTCOME],

@@ -80,19 +80,30 @@ def ndjson_content_type_for(accept: str | None) -> str:
 
 
 def accepts_gzip(accept_encoding: str | None) -> bool:
-    """Whether ``Accept-Encoding`` allows gzip (``gzip``, ``x-gzip`` or ``*`` with q > 0)."""
+    """Whether ``Accept-Encoding`` allows gzip, as Elasticsearch's HTTP layer (Netty's
+    ``HttpContentCompressor``) decides: the quality of an explicit ``gzip``/``x-gzip`` entry
+    (the highest), else that of ``*``; allowed when above 0 (a malformed ``q`` counts as 0)."""
+    explicit: float | None = None
+    star: float | None = None
     for item in (accept_encoding or "").split(","):
         coding, _, params = item.strip().partition(";")
-        if coding.strip().lower() not in ("gzip", "x-gzip", "*"):
-            continue
-        params = params.replace(" ", "").lower()
-        if params.startswith("q="):
-            try:
-                return float(params[2:]) > 0
-            except ValueError:
-                return False
-        return True
-    return False
+        coding = coding.strip().lower()
+        if coding in ("gzip", "x-gzip"):
+            explicit = max(explicit or 0.0, _quality(params))
+        elif coding == "*":
+            star = _quality(params)
+    chosen = explicit if explicit is not None else star
+    return chosen is not None and chosen > 0
+
+
+def _quality(params: str) -> float:
+    params = params.replace(" ", "").lower()
+    if not params.startswith("q="):
+        return 1.0
+    try:
+        return float(params[2:])
+    except ValueError:
+        return 0.0
 
 
 def decode_body(data: bytes, content_encoding: str | None, limit: int) -> bytes:

@@ -50,8 +50,8 @@ MAX_INNER_WINDOW = 100
 #: (and ``search_after``/``collapse``/scroll, which are never planned); a point in time has no
 #: index in the path to check; the members' ``_explanation`` would explain the group query
 #: (the search's query and a filter on the cluster), not the search's; the group query of a
-#: ``knn`` search has no query to score the members with.
-_REFUSED_KEYS = ("rescore", "pit", "search_after", "collapse", "explain", "knn")
+#: ``knn`` search has no query to score the members with; inner hits ignore ``min_score``.
+_REFUSED_KEYS = ("rescore", "pit", "search_after", "collapse", "explain", "knn", "min_score")
 #: Query parameters (or msearch header keys) with which the search stays on the window path:
 #: they change which indices the search covers (the clusters are checked with the defaults), or
 #: select fields for the top-level hits only in a way not translated here.
@@ -148,6 +148,10 @@ def inner_options(body: Mapping[str, Any], params: Sequence[tuple[str, str, str]
     source = _source_param(query)
     if source is not None:
         inner["_source"] = source
+    elif "stored_fields" in inner and "_source" not in inner:
+        # stored_fields turns the top-level hits' _source off, but not inner hits' (they
+        # still return it for stored_fields: []): off explicitly, so members look the same.
+        inner["_source"] = False
     if "sort" in query:   # Elasticsearch appends the query string's sort to the body's
         sort = body.get("sort", [])
         inner["sort"] = [*(sort if isinstance(sort, list) else [sort]), *_sort_param(query["sort"])]

@@ -156,10 +156,13 @@ def plan_search(body: dict[str, Any], params: list[tuple[str, str, str]], settin
         return Skip("search_after")
     if "collapse" in body:
         return Skip("native_collapse")
-    start = _int_param(query.get("from", body.get("from", 0)))
-    size = _int_param(query.get("size", body.get("size", 10)))
-    if start is None or size is None or start < 0 or size < 0:
+    # Elasticsearch checks the body's from/size even when the query string's replace them.
+    given = [body.get("from", 0), body.get("size", 10), query.get("from", body.get("from", 0)),
+             query.get("size", body.get("size", 10))]
+    numbers = [_int_param(value) for value in given]
+    if any(number is None or number < 0 for number in numbers):
         return Skip("invalid_from_size")  # Elasticsearch answers it
+    start, size = numbers[2], numbers[3]
     if size == 0:
         return Skip("size_0")
     if _suggest_only(body, query):
@@ -191,10 +194,12 @@ def plan_search(body: dict[str, Any], params: list[tuple[str, str, str]], settin
     # Any stored_fields, even an empty list, turns Elasticsearch's _source fetching off, unless
     # the request asks for _source: true itself (then the whole source comes back as well).
     stored_given = "stored_fields" in body or "stored_fields" in query
-    source_forced = body.get("_source") is True or query.get("_source", "").lower() == "true"
+    # Elasticsearch reads ``_source=true``/``false`` as booleans only so spelled (FetchSourceContext);
+    # ``TRUE`` is an include pattern, like any other text.
+    source_forced = body.get("_source") is True or query.get("_source") == "true"
     whole_source = (body.get("_source", True) is True and (source_forced or not stored_given)
                     and (not source_params or (source_params == {"_source"}
-                                               and query["_source"].lower() == "true")))
+                                               and query["_source"] == "true")))
     channel: collapse.Channel = "_source" if whole_source else "fields"
     added: tuple[str, ...] = ()
     if channel == "fields":

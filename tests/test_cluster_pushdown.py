@@ -114,6 +114,10 @@ def test_query_string_options_reach_the_members_too():
     assert inner_options({}, [("_source", "title", "_source=title")])["_source"] == {"includes": ["title"],
                                                                                      "excludes": []}
     assert inner_options({"_source": ["title"]}, []) == {"_source": ["title"]}
+    # stored_fields turns _source off for top-level hits only: inner hits are told so
+    assert inner_options({"stored_fields": []}, []) == {"stored_fields": [], "_source": False}
+    assert inner_options({"stored_fields": [], "_source": True}, [])["_source"] is True
+    assert inner_options({"stored_fields": []}, [("_source", "true", "_source=true")])["_source"] is True
 
 
 def test_searches_native_collapse_cannot_take_stay_on_the_window_path():
@@ -123,6 +127,7 @@ def test_searches_native_collapse_cannot_take_stay_on_the_window_path():
     assert refusal({}, [("expand_wildcards", "all", "expand_wildcards=all")]) == "param_expand_wildcards"
     assert refusal({}, [("stored_fields", "a", "stored_fields=a")]) == "param_stored_fields"
     assert refusal({}, [], "remote:news") == "remote_index"
+    assert refusal({"min_score": 1.5}, []) == "body_min_score"   # inner hits would ignore it
 
 
 def test_members_per_group_stay_within_the_inner_window_and_the_page_budget():

@@ -656,6 +656,22 @@ def test_access_log_is_structured_and_has_no_credentials(proxy: ProxyThread, cap
         assert secret not in text
 
 
+def test_access_log_counts_the_bytes_of_every_answer(proxy: ProxyThread, family_index: FamilyIndex,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """A collapsed answer and the proxy's own error are whole bodies the proxy writes after the
+    log line; their length is logged all the same, as a streamed pass-through's is."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="neardup.proxy.access"):
+        answers = [http(proxy.url + f"/{family_index.name}/_search", "POST", b'{"size": 3}',
+                        {"Content-Type": "application/json"}),
+                   http(proxy.url + f"/{family_index.name}/_search?neardup_threshold=2")]
+    logged = [r.fields for r in caplog.records if r.name == "neardup.proxy.access"][-2:]
+    assert [f["neardup.route"] for f in logged] == ["search", "search"]
+    assert [f["http.response.status_code"] for f in logged] == [200, 400]
+    assert [f["http.response.body.bytes"] for f in logged] == [len(raw) for _, _, raw in answers]
+
+
 def test_large_bodies_stream_both_ways(pes: Elasticsearch, es: Elasticsearch, proxy: ProxyThread) -> None:
     name = f"proxy-large-{time.time_ns()}"
     text = "lorem ipsum dolor sit amet " * 400       # ~11 KB a document

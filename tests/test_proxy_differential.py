@@ -722,11 +722,17 @@ def clustered_family(es: Elasticsearch, es_url: str, family_index: FamilyIndex) 
         es.options(ignore_status=404).indices.delete(index=name)
 
 
+#: More seeds than one: seeds 11–13 found the push-down differences of ``stored_fields: []``
+#: and ``min_score`` and a body ``from`` Elasticsearch refuses, which the first seed missed.
+SEEDS = (SEED, 11, 12)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("path", ["window", "pushdown"])
 def test_the_proxy_answers_as_elasticsearch_does(proxy: ProxyThread, es_url: str, es: Elasticsearch,
                                                   family_index: FamilyIndex, request: pytest.FixtureRequest,
-                                                  path: str) -> None:
-    rng = random.Random(SEED)
+                                                  path: str, seed: int) -> None:
+    rng = random.Random(seed)
     generator = Generator(rng, family_index)
     if path == "window":
         checker = Checker(proxy, es_url, family_index.name)

@@ -135,6 +135,8 @@ def test_whole_source_uses_the_source_channel_and_adds_nothing() -> None:
     ({"_source": False}, ""), ({"_source": ["title"]}, ""), ({}, "_source=false"),
     ({}, "_source_includes=title"), ({}, "_source_excludes=body"), ({"stored_fields": ["title"]}, ""),
     ({"stored_fields": []}, ""), ({}, "stored_fields="), ({"stored_fields": "_id"}, ""),
+    # only "true" spelled so is a boolean to Elasticsearch; "TRUE" is an include pattern
+    ({}, "_source=TRUE"), ({"stored_fields": []}, "_source=True"),
 ])
 def test_filtered_source_fetches_fingerprints_through_fields(body: dict, query: str) -> None:
     planned = plan(body, query)
@@ -153,6 +155,8 @@ def test_fields_the_client_asked_for_are_not_stripped() -> None:
     ({}, "scroll=1m", "scroll"), ({"search_after": [1]}, "", "search_after"),
     ({"collapse": {"field": "f"}}, "", "native_collapse"), ({"size": 0}, "", "size_0"),
     ({}, "size=x", "invalid_from_size"), ({"stored_fields": "_none_"}, "", "stored_fields_none"),
+    # Elasticsearch refuses a bad body from/size even when the query string's replace them
+    ({"from": -1, "size": 3}, "from=10", "invalid_from_size"), ({"size": -2}, "size=5", "invalid_from_size"),
     ({"docvalue_fields": ["neardup.*"]}, "", "fingerprint_field_requested"),
     ({}, "filter_path=a\\.b", "unsupported_filter_path"),
 ])
@@ -344,3 +348,16 @@ def test_a_first_window_is_split_in_halves_only_on_an_idle_worker() -> None:
     assert _halves(state(40, 2), 0, 112) == [(0, 112)]        # another request in flight: under load
     assert _halves(state(40, 1), 112, 112) == [(112, 112)]    # a later round
     assert _halves(state(0, 1), 0, 1000) == [(0, 1000)]       # switched off
+
+
+@pytest.mark.parametrize(("accept_encoding", "gzip"), [
+    (None, False), ("", False), ("identity", False), ("gzip", True), ("x-gzip", True), ("GZip", True),
+    ("gzip;q=0", False), ("gzip; q=0.5", True), ("gzip;q=abc", False), ("*", True), ("br, *", True),
+    ("*;q=0", False), ("deflate, br", False),
+    # an explicit gzip entry decides over "*", in either order (Netty's HttpContentCompressor)
+    ("*;q=0, gzip", True), ("gzip;q=0, *", False), ("*, gzip;q=0", False), ("gzip;q=0, x-gzip", True),
+])
+def test_gzip_is_accepted_as_elasticsearch_decides(accept_encoding: str | None, gzip: bool) -> None:
+    from proxy.http import accepts_gzip
+
+    assert accepts_gzip(accept_encoding) is gzip
