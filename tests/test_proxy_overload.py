@@ -14,6 +14,7 @@ request under ``/held`` until the test releases them and answers the rest at onc
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import re
 import socket
@@ -392,6 +393,11 @@ def test_an_expected_body_over_the_limit_is_refused_and_counted(proxy_for_garbag
                                      b"Content-Length: 999999999999\r\n\r\n")
     assert status == 413 and json.loads(body)["error"]["type"] == "content_too_long_exception"
     assert expect_refusals(proxy_for_garbage.url, 413) == before + 1
+    status, headers, body = exchange(proxy_for_garbage.url, b"POST /x/_search HTTP/1.1\r\nHost: x\r\n"
+                                     b"Expect: 100-continue\r\nAccept-Encoding: gzip\r\n"
+                                     b"Content-Length: 999999999999\r\n\r\n")
+    assert status == 413 and headers["content-encoding"] == "gzip"   # as every error the proxy writes
+    assert json.loads(gzip.decompress(body))["status"] == 413
 
 
 def test_expect_100_continue_still_gets_the_interim_answer(proxy_for_garbage: ProxyProcess) -> None:
