@@ -395,7 +395,10 @@ async def _collapse_many(state: "ProxyState", incoming: Incoming, items: list[It
         status, upstream_headers, raw = await _fetch(state, incoming, path_qs, headers,
                                                      b"\n".join(lines) + b"\n")
         if status != 200:
-            if first is None:
+            # A batch that sends clients' own searches (their fallback) is refused for what they
+            # hold, e.g. a check Elasticsearch makes across the whole request: its answer to the
+            # client's request is the answer, as for a refused first batch.
+            if first is None or any(item.original for item in batch):
                 return await _refused(state, incoming, status, upstream_headers, raw)
             raise FailOpen(f"upstream answered {status} to a tail round")
         reply = rawjson.loads_msearch(raw)

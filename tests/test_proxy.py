@@ -451,6 +451,23 @@ def test_msearch_filter_path_and_neardup_off(proxy: ProxyThread, es_url: str, fa
     assert without_took(off[2]) == without_took(direct[2])
 
 
+def test_msearch_elasticsearch_refuses_as_a_whole_gets_its_answer_without_failing_open(
+        proxy: ProxyThread, es_url: str, family_index: FamilyIndex) -> None:
+    """Elasticsearch checks some things across the whole _msearch (``rest_total_hits_as_int``
+    with an inexact ``track_total_hits``) and refuses it with one 400. When the proxy's first
+    batch passes that check (a window past ``max_result_window`` is first probed with a body of
+    its own) and the item's own body, sent later, does not, the client gets Elasticsearch's 400
+    for its request, and that is no collapse failure."""
+    lines = (f'{{"index":"{family_index.name}"}}\n{{"size":4,"sort":["rank"]}}\n'
+             f'{{"index":"{family_index.name}"}}\n{{"from":10000,"size":10,"track_total_hits":50}}\n').encode()
+    headers = {"Content-Type": "application/x-ndjson"}
+    fail_open = proxy.metrics.counters["neardup_proxy_fail_open_total"][()]
+    status, _, raw = http(proxy.url + "/_msearch?rest_total_hits_as_int=true", "POST", lines, headers)
+    direct = http(es_url + "/_msearch?rest_total_hits_as_int=true", "POST", lines, headers)
+    assert status == direct[0] == 400 and json.loads(raw) == json.loads(direct[2])
+    assert proxy.metrics.counters["neardup_proxy_fail_open_total"][()] == fail_open
+
+
 def test_pit_with_from_size_is_collapsed_and_scroll_search_after_pass(
         pes: Elasticsearch, proxy: ProxyThread, family_index: FamilyIndex) -> None:
     pit = pes.open_point_in_time(index=family_index.name, keep_alive="1m")["id"]
