@@ -395,10 +395,12 @@ async def _collapse_many(state: "ProxyState", incoming: Incoming, items: list[It
         status, upstream_headers, raw = await _fetch(state, incoming, path_qs, headers,
                                                      b"\n".join(lines) + b"\n")
         if status != 200:
-            # A batch that sends clients' own searches (their fallback) is refused for what they
-            # hold, e.g. a check Elasticsearch makes across the whole request: its answer to the
-            # client's request is the answer, as for a refused first batch.
-            if first is None or any(item.original for item in batch):
+            # A batch that carries a client's own search (its first round, pushed down or as the
+            # fallback: the client's body, resized) may be refused for what that body holds, e.g.
+            # a check Elasticsearch makes across the whole request: its answer to the client's
+            # request is the answer, as for a refused first batch. Only the proxy's own tail
+            # rounds refused means collapsing failed.
+            if first is None or any(_carries_own_search(item) for item in batch):
                 return await _refused(state, incoming, status, upstream_headers, raw)
             raise FailOpen(f"upstream answered {status} to a tail round")
         reply = rawjson.loads_msearch(raw)
@@ -425,6 +427,10 @@ async def _collapse_many(state: "ProxyState", incoming: Incoming, items: list[It
     _record(state, incoming, collapsed)
     response = {**first, "took": took, "responses": results}
     return _respond(incoming, 200, first_headers, apply_filter(client_filter, response), pretty)
+
+
+def _carries_own_search(item: Item) -> bool:
+    return item.original or item.pushdown or (not item.probe and item.pending is not None and item.pending[0] == 0)
 
 
 def _advance_item(state: "ProxyState", item: Item, answer: Any) -> None:

@@ -458,14 +458,17 @@ def test_msearch_elasticsearch_refuses_as_a_whole_gets_its_answer_without_failin
     batch passes that check (a window past ``max_result_window`` is first probed with a body of
     its own) and the item's own body, sent later, does not, the client gets Elasticsearch's 400
     for its request, and that is no collapse failure."""
-    lines = (f'{{"index":"{family_index.name}"}}\n{{"size":4,"sort":["rank"]}}\n'
-             f'{{"index":"{family_index.name}"}}\n{{"from":10000,"size":10,"track_total_hits":50}}\n').encode()
     headers = {"Content-Type": "application/x-ndjson"}
-    fail_open = proxy.metrics.counters["neardup_proxy_fail_open_total"][()]
-    status, _, raw = http(proxy.url + "/_msearch?rest_total_hits_as_int=true", "POST", lines, headers)
-    direct = http(es_url + "/_msearch?rest_total_hits_as_int=true", "POST", lines, headers)
-    assert status == direct[0] == 400 and json.loads(raw) == json.loads(direct[2])
-    assert proxy.metrics.counters["neardup_proxy_fail_open_total"][()] == fail_open
+    # past the result window (its own body comes as the fallback), and past collapse.max_window
+    # only (its own body, sized, comes as the first round after the probe)
+    for window in ('"from":10000,"size":10', '"from":995,"size":10'):
+        lines = (f'{{"index":"{family_index.name}"}}\n{{"size":4,"sort":["rank"]}}\n'
+                 f'{{"index":"{family_index.name}"}}\n{{{window},"track_total_hits":50}}\n').encode()
+        fail_open = proxy.metrics.counters["neardup_proxy_fail_open_total"][()]
+        status, _, raw = http(proxy.url + "/_msearch?rest_total_hits_as_int=true", "POST", lines, headers)
+        direct = http(es_url + "/_msearch?rest_total_hits_as_int=true", "POST", lines, headers)
+        assert status == direct[0] == 400 and json.loads(raw) == json.loads(direct[2]), window
+        assert proxy.metrics.counters["neardup_proxy_fail_open_total"][()] == fail_open, window
 
 
 def test_pit_with_from_size_is_collapsed_and_scroll_search_after_pass(
