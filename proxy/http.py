@@ -80,9 +80,11 @@ def ndjson_content_type_for(accept: str | None) -> str:
 
 
 def accepts_gzip(accept_encoding: str | None) -> bool:
-    """Whether ``Accept-Encoding`` allows gzip, as Elasticsearch's HTTP layer (Netty's
-    ``HttpContentCompressor``) decides: the quality of an explicit ``gzip``/``x-gzip`` entry
-    (the highest), else that of ``*``; allowed when above 0 (a malformed ``q`` counts as 0)."""
+    """Whether ``Accept-Encoding`` allows gzip, with the precedence of Elasticsearch's HTTP
+    layer (Netty's ``HttpContentCompressor``): the quality of an explicit ``gzip``/``x-gzip``
+    entry (the highest), else that of ``*``; allowed when above 0 (a malformed ``q`` counts as
+    0). The proxy writes gzip or nothing: where Netty would pick deflate or snappy, or parses a
+    header more loosely, the client gets identity or gzip, both of which it accepts."""
     explicit: float | None = None
     star: float | None = None
     for item in (accept_encoding or "").split(","):

@@ -88,18 +88,36 @@ class Plan:
 
 
 _JAVA_INT = range(-2**31, 2**31)
-_ASCII_INT = re.compile(r"-?[0-9]+")
+#: Java's ``Integer.parseInt``: an optional sign and ASCII digits.
+_QUERY_INT = re.compile(r"[-+]?[0-9]+")
+#: A decimal number as Java's ``Double.parseDouble`` reads it (no hex, no NaN or Infinity here).
+_DECIMAL = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 
 
-def _int_param(value: Any) -> int | None:
-    """``from``/``size`` as Elasticsearch reads them (a Java int, from a number or ASCII digits);
-    None for anything it would refuse, so that Elasticsearch answers the request itself."""
+def _query_int(value: str) -> int | None:
+    """A query string's ``from``/``size`` as Elasticsearch reads it (``Integer.parseInt``);
+    None for anything it refuses, so that Elasticsearch answers the request itself."""
+    if not _QUERY_INT.fullmatch(value):
+        return None
+    number = int(value)
+    return number if number in _JAVA_INT else None
+
+
+def _body_int(value: Any) -> int | None:
+    """A body's ``from``/``size`` as Elasticsearch reads it (XContent ``intValue``: a number, or a
+    string holding one, truncated toward zero; ``5.7`` is 5, ``"1e1"`` is 10, ``-0.5`` is 0);
+    None for anything it refuses (not a number, beyond an int)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, str) and _ASCII_INT.fullmatch(value):
-        value = int(value)
-    if isinstance(value, int) and value in _JAVA_INT:
-        return value
+    if isinstance(value, str):
+        text = value.strip()
+        if not _DECIMAL.fullmatch(text):
+            return None
+        value = float(text)
+    if isinstance(value, int):
+        return value if value in _JAVA_INT else None
+    if isinstance(value, float) and -2**31 <= value <= 2**31 - 1:   # also rules out NaN
+        return int(value)
     return None
 
 
@@ -157,12 +175,11 @@ def plan_search(body: dict[str, Any], params: list[tuple[str, str, str]], settin
     if "collapse" in body:
         return Skip("native_collapse")
     # Elasticsearch checks the body's from/size even when the query string's replace them.
-    given = [body.get("from", 0), body.get("size", 10), query.get("from", body.get("from", 0)),
-             query.get("size", body.get("size", 10))]
-    numbers = [_int_param(value) for value in given]
-    if any(number is None or number < 0 for number in numbers):
+    body_start, body_size = _body_int(body.get("from", 0)), _body_int(body.get("size", 10))
+    start = _query_int(query["from"]) if "from" in query else body_start
+    size = _query_int(query["size"]) if "size" in query else body_size
+    if any(number is None or number < 0 for number in (body_start, body_size, start, size)):
         return Skip("invalid_from_size")  # Elasticsearch answers it
-    start, size = numbers[2], numbers[3]
     if size == 0:
         return Skip("size_0")
     if _suggest_only(body, query):

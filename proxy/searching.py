@@ -268,9 +268,10 @@ async def _together(fetches: list[Any]) -> list[tuple[int, Any, bytes]]:
 
 async def _refused(state: "ProxyState", incoming: Incoming, status: int, upstream_headers: Any,
                    raw: bytes) -> web.StreamResponse:
-    """The answer when the first request of a collapsed search is not answered 200: to a client
-    error (4xx but 429) Elasticsearch's answer to the original request, so the client sees its
-    own error, not one about the rewrite; anything else (429, 5xx) as the upstream sent it."""
+    """The answer when the first request of a collapsed search (or a later ``_msearch`` batch
+    refused for a client's own search in it) is not answered 200: to a client error (4xx but
+    429) Elasticsearch's answer to the original request, so the client sees its own error, not
+    one about the rewrite; anything else (429, 5xx) as the upstream sent it."""
     if 400 <= status < 500 and status != 429:
         return await _pass(state, incoming, f"upstream_{status}")
     return _raw_response(incoming, status, upstream_headers, raw)
@@ -400,7 +401,10 @@ async def _collapse_many(state: "ProxyState", incoming: Incoming, items: list[It
             # a check Elasticsearch makes across the whole request: its answer to the client's
             # request is the answer, as for a refused first batch. Only the proxy's own tail
             # rounds refused means collapsing failed.
-            if first is None or any(_carries_own_search(item) for item in batch):
+            # A 429 or 5xx of a later batch is no word on the client's request: fail open (it
+            # is sent again as it came).
+            own = 400 <= status < 500 and status != 429 and any(_carries_own_search(item) for item in batch)
+            if first is None or own:
                 return await _refused(state, incoming, status, upstream_headers, raw)
             raise FailOpen(f"upstream answered {status} to a tail round")
         reply = rawjson.loads_msearch(raw)

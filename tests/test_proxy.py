@@ -471,6 +471,37 @@ def test_msearch_elasticsearch_refuses_as_a_whole_gets_its_answer_without_failin
         assert proxy.metrics.counters["neardup_proxy_fail_open_total"][()] == fail_open, window
 
 
+@pytest.mark.parametrize("status", [429, 503])
+def test_msearch_fails_open_when_a_later_batch_meets_a_passing_upstream_error(
+        proxy: ProxyThread, es_url: str, family_index: FamilyIndex, monkeypatch: pytest.MonkeyPatch,
+        status: int) -> None:
+    """A 429 or 5xx to a later batch says nothing about the client's request, even when the batch
+    carries a client's own search (here the fallback of an item past the result window): the
+    proxy fails open, sending the client's request as it came, rather than relaying the error."""
+    from proxy import searching
+
+    fetch, calls = searching._fetch, []
+
+    async def second_call_refused(state: Any, incoming: Any, path_qs: str, headers: Any, body: bytes) -> Any:
+        calls.append(path_qs)
+        if len(calls) == 2:
+            return status, {"Content-Type": "application/json"}, json.dumps(
+                {"error": {"type": "circuit_breaking_exception", "reason": "busy"}, "status": status}).encode()
+        return await fetch(state, incoming, path_qs, headers, body)
+
+    monkeypatch.setattr(searching, "_fetch", second_call_refused)
+    lines = (f'{{"index":"{family_index.name}"}}\n{{"size":4,"sort":["rank"]}}\n'
+             f'{{"index":"{family_index.name}"}}\n{{"from":10000,"size":10}}\n').encode()
+    headers = {"Content-Type": "application/x-ndjson"}
+    fail_open = proxy.metrics.counters["neardup_proxy_fail_open_total"][()]
+    got, head, raw = http(proxy.url + "/_msearch", "POST", lines, headers)
+    direct = http(es_url + "/_msearch", "POST", lines, headers)
+    assert len(calls) == 2 and got == direct[0] == 200 and head["x-neardup-skipped"] == "fail_open"
+    assert [r.get("status", 200) for r in json.loads(raw)["responses"]] == \
+        [r.get("status", 200) for r in json.loads(direct[2])["responses"]]
+    assert proxy.metrics.counters["neardup_proxy_fail_open_total"][()] == fail_open + 1
+
+
 def test_pit_with_from_size_is_collapsed_and_scroll_search_after_pass(
         pes: Elasticsearch, proxy: ProxyThread, family_index: FamilyIndex) -> None:
     pit = pes.open_point_in_time(index=family_index.name, keep_alive="1m")["id"]

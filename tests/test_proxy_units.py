@@ -157,6 +157,9 @@ def test_fields_the_client_asked_for_are_not_stripped() -> None:
     ({}, "size=x", "invalid_from_size"), ({"stored_fields": "_none_"}, "", "stored_fields_none"),
     # Elasticsearch refuses a bad body from/size even when the query string's replace them
     ({"from": -1, "size": 3}, "from=10", "invalid_from_size"), ({"size": -2}, "size=5", "invalid_from_size"),
+    ({"size": None}, "size=5", "invalid_from_size"), ({"size": True}, "", "invalid_from_size"),
+    ({"from": "0x5"}, "", "invalid_from_size"), ({"size": 2147483647.5}, "", "invalid_from_size"),
+    ({"size": [5]}, "", "invalid_from_size"), ({}, "size=%205", "invalid_from_size"), ({}, "size=+5", "invalid_from_size"),
     ({"docvalue_fields": ["neardup.*"]}, "", "fingerprint_field_requested"),
     ({}, "filter_path=a\\.b", "unsupported_filter_path"),
 ])
@@ -361,3 +364,15 @@ def test_gzip_is_accepted_as_elasticsearch_decides(accept_encoding: str | None, 
     from proxy.http import accepts_gzip
 
     assert accepts_gzip(accept_encoding) is gzip
+
+
+@pytest.mark.parametrize(("body", "query", "start", "size"), [
+    # a body's from/size as Elasticsearch reads them: numbers or numeric strings, truncated
+    ({"size": 5.0}, "", 0, 5), ({"from": 5.7, "size": "1e1"}, "", 5, 10), ({"from": -0.5}, "", 0, 10),
+    ({"from": "+5", "size": " 5 "}, "", 5, 5), ({"size": "5.5"}, "", 0, 5),
+    # overridden by the query string (Integer.parseInt: a sign is allowed), still checked
+    ({"size": 5.0}, "size=3", 0, 3), ({"from": "+5"}, "from=0", 0, 10), ({}, "size=%2B5&from=-0", 0, 5),
+])
+def test_from_and_size_are_read_as_elasticsearch_reads_them(body: dict, query: str, start: int, size: int) -> None:
+    planned = plan({"query": {"match_all": {}}, **body}, query)
+    assert isinstance(planned, Plan) and (planned.start, planned.size) == (start, size)
