@@ -160,6 +160,7 @@ def test_fields_the_client_asked_for_are_not_stripped() -> None:
     ({"size": None}, "size=5", "invalid_from_size"), ({"size": True}, "", "invalid_from_size"),
     ({"from": "0x5"}, "", "invalid_from_size"), ({"size": 2147483647.5}, "", "invalid_from_size"),
     ({"size": [5]}, "", "invalid_from_size"), ({}, "size=%205", "invalid_from_size"), ({}, "size=+5", "invalid_from_size"),
+    ({"from": "1" * 100_000 + "x"}, "", "invalid_from_size"),   # no backtracking over a long string
     ({"docvalue_fields": ["neardup.*"]}, "", "fingerprint_field_requested"),
     ({}, "filter_path=a\\.b", "unsupported_filter_path"),
 ])
