@@ -339,22 +339,21 @@ def strip_added_beyond_hits(plan: Plan, response: dict[str, Any]) -> dict[str, A
     """``response`` without the fingerprint fields the proxy added where Elasticsearch fetches a
     search's top-level ``fields`` besides ``hits.hits``: the hits of ``top_hits`` aggregations
     and the options of completion suggesters. Strips in place (the first round's own objects)."""
-    strip_added_from_aggregations(plan, response)
-    strip_added_from_suggestions(plan, response)
+    _strip_added_from_aggregations(plan, response)
+    _strip_added_from_suggestions(plan, response)
     return response
 
 
-def strip_added_from_suggestions(plan: Plan, response: dict[str, Any]) -> dict[str, Any]:
-    """``response`` without the added fingerprint fields in its suggestions' options
+def _strip_added_from_suggestions(plan: Plan, response: dict[str, Any]) -> None:
+    """Remove the added fingerprint fields from ``response``'s suggestion options
     (:func:`proxy.collapse.suggestion_options`): a suggester has no ``fields`` of its own, so
     every added one goes; term and phrase options hold none."""
     for option in collapse.suggestion_options(response):
         collapse.strip_fields(option, plan.added_fields)
-    return response
 
 
-def strip_added_from_aggregations(plan: Plan, response: dict[str, Any]) -> dict[str, Any]:
-    """``response`` without the fingerprint fields the proxy added in the hits of its
+def _strip_added_from_aggregations(plan: Plan, response: dict[str, Any]) -> None:
+    """Remove the fingerprint fields the proxy added from the hits of ``response``'s
     ``top_hits`` aggregations: Elasticsearch fetches a search's top-level ``fields`` for the
     hits of every ``top_hits`` too, so the added ones come back there (a field the aggregation
     asks for itself stays). Strips in place; the aggregation hits are the first round's own."""
@@ -372,7 +371,6 @@ def strip_added_from_aggregations(plan: Plan, response: dict[str, Any]) -> dict[
             for hit in hits["hits"]:
                 if isinstance(hit, dict):
                     collapse.strip_fields(hit, added)
-    return response
 
 
 def _aggregation_results(aggs: dict[str, Any], results: dict[str, Any]

@@ -272,9 +272,14 @@ async def _refused(state: "ProxyState", incoming: Incoming, status: int, upstrea
     refused for a client's own search in it) is not answered 200: to a client error (4xx but
     429) Elasticsearch's answer to the original request, so the client sees its own error, not
     one about the rewrite; anything else (429, 5xx) as the upstream sent it."""
-    if 400 <= status < 500 and status != 429:
+    if _client_error(status):
         return await _pass(state, incoming, f"upstream_{status}")
     return _raw_response(incoming, status, upstream_headers, raw)
+
+
+def _client_error(status: int) -> bool:
+    """A refusal for what the request holds (4xx), not a passing condition (429: too busy)."""
+    return 400 <= status < 500 and status != 429
 
 
 def _raw_response(incoming: Incoming, status: int, upstream_headers: Any, raw: bytes) -> web.Response:
@@ -403,7 +408,7 @@ async def _collapse_many(state: "ProxyState", incoming: Incoming, items: list[It
             # rounds refused means collapsing failed.
             # A 429 or 5xx of a later batch is no word on the client's request: fail open (it
             # is sent again as it came).
-            own = 400 <= status < 500 and status != 429 and any(_carries_own_search(item) for item in batch)
+            own = _client_error(status) and any(_carries_own_search(item) for item in batch)
             if first is None or own:
                 return await _refused(state, incoming, status, upstream_headers, raw)
             raise FailOpen(f"upstream answered {status} to a tail round")
