@@ -24,7 +24,7 @@ RUN useradd --system --no-create-home --shell /usr/sbin/nologin neardup
 # Compile the fingerprint kernels once at build time (about 4 s), so the indexer's processes
 # load machine code from the cache instead of compiling at every start.
 RUN mkdir -p "$NUMBA_CACHE_DIR" \
-    && python -c "from fingerprint import Fingerprinter, FingerprintParams; f = Fingerprinter(FingerprintParams()); f.fingerprint_many(['warm the compiled kernels up once', 'and a second text'])" \
+    && python -c "from neardup.fingerprint import Fingerprinter, FingerprintParams; f = Fingerprinter(FingerprintParams()); f.fingerprint_many(['warm the compiled kernels up once', 'and a second text'])" \
     && chown -R neardup "$NUMBA_CACHE_DIR"
 USER neardup
 WORKDIR /

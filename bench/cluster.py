@@ -61,8 +61,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -71,11 +72,11 @@ import numpy as np  # noqa: E402
 from elasticsearch import Elasticsearch, helpers  # noqa: E402
 
 from bench.quality.truth import exact_truth  # noqa: E402
-from fingerprint import FIELD, Fingerprinter, group_labels, similar_pairs  # noqa: E402
-from fingerprint.clustering import ClusterParams, cluster_signatures  # noqa: E402
-from fingerprint.lsh import choose_banding  # noqa: E402
 from neardup.config import load_config  # noqa: E402
 from neardup.corpora import reuters_documents  # noqa: E402
+from neardup.fingerprint import FIELD, Fingerprinter, group_labels, similar_pairs  # noqa: E402
+from neardup.fingerprint.clustering import ClusterParams, cluster_signatures  # noqa: E402
+from neardup.fingerprint.lsh import choose_banding  # noqa: E402
 
 SECTION = "## Clustering"
 
@@ -209,8 +210,8 @@ def load_index(es: Elasticsearch, name: str, docs: Sequence[dict[str, Any]], es_
 
 
 def cluster_job(es_url: str, index: str, threshold: float, **options: Any) -> dict[str, Any]:
-    from indexer.cluster import ClusterOptions, run_cluster
-    from indexer.progress import Progress
+    from neardup.indexer.cluster import ClusterOptions, run_cluster
+    from neardup.indexer.progress import Progress
 
     config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
     started = time.perf_counter()
@@ -241,9 +242,9 @@ def exact_single_link(shingle_sets: Sequence[np.ndarray], threshold: float) -> t
 def candidate_keys_table(signatures: np.ndarray, counts: np.ndarray, threshold: float,
                          num_perm: int) -> list[list[str]]:
     """Links (Ĵ ≥ t) found by each kind of candidate key, against all pairs of estimates."""
-    from fingerprint.clustering import cross_pairs, equal_slots, shared_buckets, unique_pairs
-    from fingerprint.hashing import megashingles, supershingles
-    from fingerprint.lsh import needed_matches
+    from neardup.fingerprint.clustering import cross_pairs, equal_slots, shared_buckets, unique_pairs
+    from neardup.fingerprint.hashing import megashingles, supershingles
+    from neardup.fingerprint.lsh import needed_matches
 
     n = len(signatures)
     ei, ej, _ = similar_pairs(signatures, counts, threshold, "resemblance")
@@ -261,8 +262,8 @@ def candidate_keys_table(signatures: np.ndarray, counts: np.ndarray, threshold: 
     banding = choose_banding(threshold, num_perm)
     for label, keys in [
         (f"LSH bands ({banding.bands} × {banding.rows})", banding.keys(signatures[rows])),
-        (f"bands + supershingle keys of 6 groups", choose_banding(threshold, num_perm, 6).keys(signatures[rows])),
-        (f"bands + supershingle keys of 14 groups", choose_banding(threshold, num_perm, 14).keys(signatures[rows])),
+        ("bands + supershingle keys of 6 groups", choose_banding(threshold, num_perm, 6).keys(signatures[rows])),
+        ("bands + supershingle keys of 14 groups", choose_banding(threshold, num_perm, 14).keys(signatures[rows])),
     ]:
         candidates, linked = found(keys)
         rows_table.append([label, f"{keys.shape[1]}", f"{candidates:,}", f"{linked:,}", f"{linked / max(len(exact), 1):.4f}"])
@@ -275,7 +276,7 @@ def candidate_keys_table(signatures: np.ndarray, counts: np.ndarray, threshold: 
             candidates, linked = found(keys)
             rows_table.append([label, f"{keys.shape[1]}", f"{candidates:,}", f"{linked:,}",
                                f"{linked / max(len(exact), 1):.4f}"])
-    rows_table.append([f"all pairs of estimates (`similar_pairs`)", "-", "-", f"{len(exact):,}", "1.0000"])
+    rows_table.append(["all pairs of estimates (`similar_pairs`)", "-", "-", f"{len(exact):,}", "1.0000"])
     return rows_table
 
 
@@ -330,7 +331,7 @@ def reuters_part(es: Elasticsearch, es_url: str, thresholds: Sequence[float], si
 
 def stored_signatures(es: Elasticsearch, index: str, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """The stored signatures and shingle counts of ``ids`` (zeros / 0 where not usable)."""
-    from indexer.cluster_docs import stored_values, usable_signature
+    from neardup.indexer.cluster_docs import stored_values, usable_signature
 
     config = load_config(environ={})
     version = __import__("fingerprint").scheme_version(config.fingerprint)
@@ -346,7 +347,7 @@ def stored_signatures(es: Elasticsearch, index: str, ids: Sequence[str]) -> tupl
 
 def signature_clusters(signatures: np.ndarray, counts: np.ndarray, threshold: float) -> np.ndarray:
     """The clusters of ``neardup cluster --verify signature`` (same function, same parameters)."""
-    from indexer.cluster import ClusterOptions, cluster_params
+    from neardup.indexer.cluster import ClusterOptions, cluster_params
 
     config = load_config(environ={})
     params = cluster_params(ClusterOptions(index="-", threshold=threshold), config.fingerprint)
@@ -410,8 +411,8 @@ CLUSTER_PROCESS = r"""
 import json, resource, sys, time
 import numpy as np
 sys.path.insert(0, sys.argv[1])
-from fingerprint.clustering import ClusterParams, assign_ids, cluster_signatures
-from fingerprint.lsh import choose_banding
+from neardup.fingerprint.clustering import ClusterParams, assign_ids, cluster_signatures
+from neardup.fingerprint.lsh import choose_banding
 folder, threshold, groups, rounds = sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
 started = time.perf_counter()
 signatures = np.load(folder + "/signatures.npy")
@@ -434,7 +435,7 @@ print(json.dumps({"load": loaded - started, "cluster": clustered - loaded, "ids"
 
 def synthetic_part(documents: int, threshold: float, seed: int, cache: Path) -> dict[str, Any]:
     from bench.cluster_synthetic import collection, paragraph_pool
-    from fingerprint import scheme_version
+    from neardup.fingerprint import scheme_version
 
     config = load_config(environ={})
     params = config.fingerprint
@@ -491,7 +492,8 @@ def render(reuters: dict[str, Any] | None, synthetic: dict[str, Any] | None, com
                   "exact s: exact Jaccard of all pairs + components, from the shingle sets. neardup s: "
                   "`neardup cluster --verify text` wall time (read fingerprints + cluster + verify + write ids "
                   "+ mapping/_meta/refresh), first run on a freshly enriched index (what differs from the "
-                  "values `neardup index` seeded is written); read / cluster / verify / write: its parts (verify: reading the candidates' texts, "
+                  "values `neardup index` seeded is written); read / cluster / verify / write: its parts "
+                  "(verify: reading the candidates' texts, "
                   "shingling them, exact intersections; detailed below); rerun s: the same command again (nothing "
                   "to write). neardup, signatures only: the clusters `--verify signature` gives (the same "
                   "clustering of the stored signatures, in memory; quality only). "

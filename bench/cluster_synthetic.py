@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from fingerprint import Fingerprinter, FingerprintParams
-from fingerprint.hashing import minhash_batch, multipliers, shingle_hashes_batch
+from neardup.fingerprint import Fingerprinter, FingerprintParams
+from neardup.fingerprint.hashing import minhash_batch, multipliers, shingle_hashes_batch
 
 PARAGRAPH = re.compile(r"\n\s*\n|\n(?=\s{2,})")
 MIN_WORDS = 8
@@ -47,8 +47,8 @@ def paragraphs(texts: Sequence[str]) -> list[str]:
 def paragraph_pool(params: FingerprintParams, cache: Path | None = None,
                    log: Callable[[str], None] = print) -> list[np.ndarray]:
     """Token hashes of every paragraph of Reuters bodies and Russian news bodies (cached)."""
-    from fingerprint import scheme_version
     from neardup.corpora import reuters_documents, ru_news_documents
+    from neardup.fingerprint import scheme_version
 
     cached = cache / f"pool-{scheme_version(params)}.npz" if cache else None
     if cached is not None and cached.is_file():

@@ -32,9 +32,9 @@ import os
 import platform
 import sys
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -156,7 +156,7 @@ class Measures:
 
 def build_costs(counts, stats, weigher) -> dict[str, float]:
     """Milliseconds a document to make each stored form from term counts and statistics."""
-    from fingerprint.tfidf import TfidfParams, weigh
+    from neardup.fingerprint.tfidf import TfidfParams, weigh
 
     def per_doc(make) -> float:
         start = time.perf_counter()
@@ -178,7 +178,7 @@ def build_costs(counts, stats, weigher) -> dict[str, float]:
 
 
 def tfidf_measures(corpus: Corpus, fp, pos_pairs, neg_sets, log) -> tuple[Measures, dict[str, object]]:
-    from fingerprint.tfidf import CorpusStats, SynonymMap, TfidfParams, TfidfWeigher, cosine, weigh
+    from neardup.fingerprint.tfidf import CorpusStats, SynonymMap, TfidfParams, TfidfWeigher, cosine, weigh
 
     synonyms = SynonymMap.from_text(SYNONYMS.read_text(encoding="utf-8"), fp.canonical_tokens)
     plain = TfidfWeigher(fp)
@@ -249,15 +249,15 @@ def tfidf_measures(corpus: Corpus, fp, pos_pairs, neg_sets, log) -> tuple[Measur
 def cosine_pairs_speed(corpus: Corpus, fp, rng: np.random.Generator) -> dict[str, float]:
     """Seconds for ``cosine_pairs`` and ``similar_pairs`` on 1,000 random documents (a search
     window), and for making the vectors."""
-    from fingerprint import similar_pairs
-    from fingerprint.tfidf import CorpusStats, TfidfWeigher
+    from neardup.fingerprint import similar_pairs
+    from neardup.fingerprint.tfidf import CorpusStats, TfidfWeigher
 
     weigher = TfidfWeigher(fp)
     counts = [weigher.counts_of_tokens(t) for t in corpus.tokens[:corpus.originals]]
     stats = CorpusStats.of(c.terms for c in counts)
     sample = rng.choice(len(counts), size=min(1000, len(counts)), replace=False)
     vectors, weigh_s = timed(lambda: [weigher.vector(counts[k], stats) for k in sample])
-    from fingerprint.tfidf import cosine_pairs
+    from neardup.fingerprint.tfidf import cosine_pairs
 
     runs = []
     for _ in range(5):
@@ -423,7 +423,7 @@ def screen(shingles: Sequence[np.ndarray], params, min_share: float):
     """Insert every document, query every document (its own rows excluded), verify the
     candidates by exact containment. Returns the filter, the verified ordered pairs (source,
     container), the number of candidates and the three timings."""
-    from fingerprint.bloom import PseudoMatrixBloom, containment_shares
+    from neardup.fingerprint.bloom import PseudoMatrixBloom, containment_shares
 
     bloom = PseudoMatrixBloom(params)
     _, build_s = timed(lambda: [bloom.insert(d, s) for d, s in enumerate(shingles)])
@@ -446,7 +446,7 @@ def screen(shingles: Sequence[np.ndarray], params, min_share: float):
 
 def bloom_section(corpus: Corpus, fp, plants_per_share: int, seed: int, min_share: float,
                   log: Callable[[str], None]) -> list[str]:
-    from fingerprint.bloom import BloomParams, PseudoMatrixBloom, containment_shares, frequent_shingles, rows_needed
+    from neardup.fingerprint.bloom import BloomParams, PseudoMatrixBloom, containment_shares, frequent_shingles, rows_needed
 
     params = BloomParams()
     rng = np.random.default_rng(seed)
@@ -601,9 +601,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip-tfidf", action="store_true")
     args = parser.parse_args(argv)
 
-    from fingerprint import Fingerprinter
-    from fingerprint.tfidf import parse_synonyms
     from neardup.config import load_config
+    from neardup.fingerprint import Fingerprinter
+    from neardup.fingerprint.tfidf import parse_synonyms
 
     started = time.perf_counter()
 

@@ -38,8 +38,9 @@ import platform
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -70,7 +71,7 @@ def cpu_model() -> str:
 
 def load_kernels() -> None:
     """Import numba and load (or compile) every kernel, as a process's first fingerprints would."""
-    from fingerprint import Fingerprinter
+    from neardup.fingerprint import Fingerprinter
 
     for _ in range(2):
         fp = Fingerprinter()
@@ -81,8 +82,8 @@ def load_kernels() -> None:
 
 def russian_cold(texts: list[str]) -> dict[str, float]:
     """Whole pipeline over the Russian corpus from a cold start (this process's first use)."""
-    from fingerprint import Fingerprinter
-    from fingerprint.canonical import morph_analyzer
+    from neardup.fingerprint import Fingerprinter
+    from neardup.fingerprint.canonical import morph_analyzer
 
     fp = Fingerprinter()
     spent = {"seconds": 0.0, "words": 0}
@@ -110,7 +111,7 @@ def russian_cold(texts: list[str]) -> dict[str, float]:
 
 
 def reuters(texts: list[str]) -> dict[str, float]:
-    from fingerprint import Fingerprinter
+    from neardup.fingerprint import Fingerprinter
 
     fp = Fingerprinter()
     _, cold = cpu(lambda: [fp.fingerprint(t) for t in texts])
@@ -124,7 +125,7 @@ def pairs_bench(texts: list[str]) -> dict[str, float]:
     an all-pairs comparison of the same estimates."""
     import numpy as np
 
-    from fingerprint import Fingerprinter, similar_pairs
+    from neardup.fingerprint import Fingerprinter, similar_pairs
 
     fp = Fingerprinter()
     prints = fp.fingerprint_many(texts[:6000])
@@ -164,7 +165,7 @@ def shingle_strings(tokens: list[str], size: int) -> list[bytes]:
 def versus_datasketch(token_lists: list[list[str]], repeat: int) -> dict[str, float]:
     from datasketch import MinHash
 
-    from fingerprint import Fingerprinter, jit
+    from neardup.fingerprint import Fingerprinter, jit
 
     best: dict[str, float] = {}
     size = Fingerprinter().params.shingle_size
@@ -212,9 +213,9 @@ def stages(token_lists: list[list[str]]) -> dict[str, float]:
     hashes; shingle fold; MinHash)."""
     import numpy as np
 
-    from fingerprint import Fingerprinter, jit
-    from fingerprint.fingerprinter import _batches
-    from fingerprint.hashing import minhash_batch, shingle_hashes_batch, signatures_from_token_hashes
+    from neardup.fingerprint import Fingerprinter, jit
+    from neardup.fingerprint.fingerprinter import _batches
+    from neardup.fingerprint.hashing import minhash_batch, shingle_hashes_batch, signatures_from_token_hashes
 
     best: dict[str, float] = {}
     for compiled, suffix in ((True, ""), (False, "_numpy")) * 3:  # best of 3
@@ -249,7 +250,7 @@ sys.path.insert(0, {root!r})
 start = time.process_time()
 import numba
 imported = time.process_time()
-from fingerprint import Fingerprinter
+from neardup.fingerprint import Fingerprinter
 tokens = [["alpha", "beta", "gamma", "delta"], ["x"]]
 def calls():  # every kernel: token ids, first occurrences, insert, find, fold + minhash, minhash
     fp = Fingerprinter()
@@ -391,7 +392,8 @@ def report(ru: dict[str, float], en: dict[str, float], ds: dict[str, float], pai
 
 def write_section(path: Path, section: str) -> None:
     """Replace this area's section of RESULTS.md (from its heading to the next ``## ``), or append it."""
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n\nEach area appends its own section below.\n"
+    text = path.read_text(encoding="utf-8") if path.exists() else (
+        "# Benchmark results\n\nEach area appends its own section below.\n")
     pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
     if pattern.search(text):
         text = pattern.sub(lambda _: section + "\n", text, count=1)
@@ -418,7 +420,7 @@ def main() -> int:
     print(f"reuters: cold {en['docs'] / en['cold']:.0f} docs/s, warm {en['docs'] / en['warm']:.0f}, "
           f"batched {en['docs'] / en['batched']:.0f}", flush=True)
 
-    from fingerprint import Fingerprinter
+    from neardup.fingerprint import Fingerprinter
 
     fp = Fingerprinter()
     token_lists = [fp.canonical_tokens(t) for t in itertools.chain(english[:5000], russian[:1000])]

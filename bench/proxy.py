@@ -47,8 +47,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import aiohttp
 import msgspec
@@ -58,10 +59,10 @@ from elasticsearch import Elasticsearch, helpers
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fingerprint import FingerprintParams  # noqa: E402
 from neardup.corpora import reuters_documents  # noqa: E402
-from proxy import collapse  # noqa: E402
-from proxy.fingerprints import default_algorithms  # noqa: E402
+from neardup.fingerprint import FingerprintParams  # noqa: E402
+from neardup.proxy import collapse  # noqa: E402
+from neardup.proxy.fingerprints import default_algorithms  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 SECTION = "## Proxy"
@@ -170,7 +171,7 @@ class _BareResponse(msgspec.Struct):
 
 def bare_collapse(upstream_body: bytes, size: int, threshold: float = 0.8) -> bytes:
     """The bare collapse of one search answer (see :data:`REFERENCES`)."""
-    from fingerprint import group_labels, similar_pairs
+    from neardup.fingerprint import group_labels, similar_pairs
 
     answer = msgspec.json.decode(upstream_body, type=_BareResponse)
     assert answer.hits is not None
@@ -200,7 +201,7 @@ def bare_collapse(upstream_body: bytes, size: int, threshold: float = 0.8) -> by
 def with_spares(search_body: bytes) -> tuple[bytes, int]:
     """The search with its ``size`` raised by the proxy's spare hits, and the ``size`` asked for
     (below ``collapse.max_window``, which caps the proxy's first window: the bench's sizes are)."""
-    from proxy.search import SPARE_MIN, SPARE_PERCENT
+    from neardup.proxy.search import SPARE_MIN, SPARE_PERCENT
 
     search = msgspec.json.decode(search_body)
     size = search.get("size", 10)
@@ -214,7 +215,7 @@ def reference_server(kind: str, port: int, es_url: str) -> None:
     import uvloop
     from aiohttp import web
 
-    from proxy import http1
+    from neardup.proxy import http1
 
     async def init() -> web.Application:
         app = web.Application()
@@ -366,7 +367,7 @@ def compare(urls: dict[str, str], index: str, texts: list[str], size: int, clien
 def grouping_benchmark(es: Elasticsearch, index: str, texts: list[str]) -> dict[str, float]:
     """CPU ms of the proxy's grouping of 1,000 real hits at 0.8, and pair recall vs all pairs
     (with the garbage collector set up as in a proxy worker, :func:`proxy.server.tune_gc`)."""
-    from proxy.server import tune_gc
+    from neardup.proxy.server import tune_gc
 
     tune_gc()
     algorithms = default_algorithms(FingerprintParams())

@@ -31,24 +31,26 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 #: Each timed stage: (where the search path looks it up: a module, or ``module:Class``, name).
 STAGES = (
-    ("proxy.app", "observe"), ("proxy.app", "proxy_request"), ("proxy.app", "parse_controls"),
-    ("proxy.app", "resolve"), ("proxy.searching", "search"), ("proxy.searching", "receive"),
-    ("proxy.searching", "_parse_search_body"), ("proxy.searching", "plan_search"),
-    ("proxy.pushdown_search", "search"), ("proxy.searching", "_collapse_one"),
-    ("proxy.searching", "_upstream_headers"), ("proxy.searching", "_fetch"),
-    ("proxy.rawjson", "loads_search"), ("proxy.search:Window", "add_round"), ("proxy.collapse", "group"),
-    ("proxy.collapse", "_window_read"), ("proxy.fingerprints", "read_signatures"),
-    ("proxy.fingerprints", "similar_pairs"), ("proxy.fingerprints", "group_labels"),
-    ("proxy.similarity", "annotate_page"), ("proxy.source_check", "finish"), ("proxy.collapse", "build_page"),
-    ("proxy.searching", "_respond"), ("proxy.jsonio", "dumps"),
+    ("neardup.proxy.app", "observe"), ("neardup.proxy.app", "proxy_request"), ("neardup.proxy.app", "parse_controls"),
+    ("neardup.proxy.app", "resolve"), ("neardup.proxy.searching", "search"), ("neardup.proxy.searching", "receive"),
+    ("neardup.proxy.searching", "_parse_search_body"), ("neardup.proxy.searching", "plan_search"),
+    ("neardup.proxy.pushdown_search", "search"), ("neardup.proxy.searching", "_collapse_one"),
+    ("neardup.proxy.searching", "_upstream_headers"), ("neardup.proxy.searching", "_fetch"),
+    ("neardup.proxy.rawjson", "loads_search"), ("neardup.proxy.search:Window", "add_round"), ("neardup.proxy.collapse", "group"),
+    ("neardup.proxy.collapse", "_window_read"), ("neardup.proxy.fingerprints", "read_signatures"),
+    ("neardup.proxy.fingerprints", "similar_pairs"), ("neardup.proxy.fingerprints", "group_labels"),
+    ("neardup.proxy.similarity", "annotate_page"), ("neardup.proxy.source_check", "finish"),
+    ("neardup.proxy.collapse", "build_page"),
+    ("neardup.proxy.searching", "_respond"), ("neardup.proxy.jsonio", "dumps"),
 )
 
 
@@ -99,7 +101,7 @@ def serve_timed(port: int, es_url: str, dump: str) -> None:
     os.environ.update({"NEARDUP_PROXY__PORT": str(port), "NEARDUP_PROXY__WORKERS": "1",
                        "NEARDUP_UPSTREAM__URLS": json.dumps([es_url]), "NEARDUP_LOGGING__LEVEL": "WARNING"})
     from neardup.config import load_config
-    from proxy.server import serve
+    from neardup.proxy.server import serve
 
     serve(load_config())
 

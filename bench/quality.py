@@ -32,9 +32,9 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -44,10 +44,8 @@ sys.path.insert(0, str(HERE.parent))     # the checkout, when run without instal
 
 from quality.curves import binned_rate, plot_candidate_probability, plot_scores  # noqa: E402
 from quality.edits import EDIT_KINDS, Edit, edited_copies  # noqa: E402
-from quality.methods import (MethodRun, run_datasketch, run_fess, run_shared_values,  # noqa: E402
-                             run_simhash, timed)
-from quality.metrics import (adjusted_rand_index, band_probability,  # noqa: E402
-                             expected_minhash_scores, score_pairs, two_band_probability)
+from quality.methods import MethodRun, run_datasketch, run_fess, run_shared_values, run_simhash, timed  # noqa: E402
+from quality.metrics import adjusted_rand_index, band_probability, expected_minhash_scores, score_pairs, two_band_probability  # noqa: E402
 from quality.pairs import connected_components, disjoint_pairs, pair_keys, split_keys  # noqa: E402
 from quality.truth import Truth, exact_truth  # noqa: E402
 
@@ -61,9 +59,10 @@ TRUTH_FLOOR = 0.2
 #: Further methods, ``name -> runner`` (None: not implemented yet, named in the tables so the gap
 #: is visible), where a runner takes a :class:`CorpusData` and the thresholds and returns a
 #: ``MethodRun``. TF-IDF cosine over lemmas lives in ``bench/engine_eval/tfidf_method.py``.
-from engine_eval.tfidf_method import NAME as TFIDF_NAME, run_tfidf  # noqa: E402
+from engine_eval.tfidf_method import NAME as TFIDF_NAME  # noqa: E402
+from engine_eval.tfidf_method import run_tfidf  # noqa: E402
 
-EXTRA_METHODS: dict[str, Callable[["CorpusData", list[float]], MethodRun] | None] = {
+EXTRA_METHODS: dict[str, Callable[[CorpusData, list[float]], MethodRun] | None] = {
     TFIDF_NAME: run_tfidf,
 }
 
@@ -192,7 +191,7 @@ def fingerprint_corpus(corpus: CorpusData, fp) -> NeardupData:
 def shingle_sets(corpus: CorpusData, size: int, seed: int) -> list[np.ndarray]:
     """Unique shingle hashes of every document, as ``Fingerprinter.shingles`` makes them, from
     token hashes computed once per corpus (the shingle-length sweep reuses them)."""
-    from fingerprint.hashing import shingle_hashes
+    from neardup.fingerprint.hashing import shingle_hashes
 
     return [np.unique(shingle_hashes(h, size, seed)) for h in corpus.token_hashes]
 
@@ -200,7 +199,7 @@ def shingle_sets(corpus: CorpusData, size: int, seed: int) -> list[np.ndarray]:
 def regroup(signatures: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
     """Supershingles and megashingles of the same signatures under another grouping, with the
     fingerprint package's own hashing (the signature does not depend on the grouping)."""
-    from fingerprint.hashing import megashingles, supershingles
+    from neardup.fingerprint.hashing import megashingles, supershingles
 
     supers = np.stack([supershingles(s, groups) for s in signatures])
     return supers, np.stack([megashingles(s) for s in supers])
@@ -209,7 +208,7 @@ def regroup(signatures: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray
 def run_neardup(data: NeardupData, thresholds: Sequence[float], mode: str,
                 build_seconds: float) -> tuple[MethodRun, dict[float, np.ndarray]]:
     """Pairs as the proxy finds them, and the proxy's groups (``group_labels``) per threshold."""
-    from fingerprint import group_labels, similar_pairs
+    from neardup.fingerprint import group_labels, similar_pairs
 
     n = len(data.counts)
     run = MethodRun(name=f"neardup ({mode})", mode=mode, build_seconds=build_seconds,
@@ -398,7 +397,7 @@ def shingle_sweep(corpora: Sequence[CorpusData], base_params, sizes: Sequence[in
                   log: Callable[[str], None]) -> list[dict[str, object]]:
     """Per shingle length and corpus: exact-truth pair counts, accidental overlap, neardup's
     scores at the default threshold, and (edited corpus) how similar the designed copies stay."""
-    from fingerprint import Fingerprinter, similar_pairs
+    from neardup.fingerprint import Fingerprinter, similar_pairs
 
     rows = []
     for size in sizes:
@@ -560,7 +559,8 @@ def corpus_report(result: CorpusResult, thresholds: list[float], default_t: floa
         row = [f"{first.centre[b] - 0.025:.2f}–{first.centre[b] + 0.025:.2f}", f"{int(first.n[b]):,}"]
         for label in labels:
             rate = result.rates[label][0]
-            row.append(f"{fmt(rate.observed[b], 3)} [{fmt(rate.low[b], 3)}, {fmt(rate.high[b], 3)}] vs {fmt(rate.expected[b], 3)}")
+            interval = f"[{fmt(rate.low[b], 3)}, {fmt(rate.high[b], 3)}]"
+            row.append(f"{fmt(rate.observed[b], 3)} {interval} vs {fmt(rate.expected[b], 3)}")
         rows.append(row)
     out += table(["resemblance", "pairs"] + labels, rows)
     out.append("")
@@ -635,8 +635,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    from fingerprint import Fingerprinter
     from neardup.config import load_config
+    from neardup.fingerprint import Fingerprinter
 
     config = load_config()
     params = config.fingerprint

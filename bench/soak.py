@@ -214,7 +214,7 @@ async def client_loop(session: aiohttp.ClientSession, client: int, deadline: flo
         except Corrupt as exc:
             kind = exc.args[0] if exc.args[0].startswith("status:") else f"corrupt:{exc.args[0]}"
             tally.error(kind, f"client {client}: {exc.args[1] if len(exc.args) > 1 else ''}")
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             tally.error(f"exception:{type(exc).__name__}", str(exc))
 
 

@@ -4,7 +4,8 @@ off and on, in the real Elasticsearch, plus the size of what it stores.
 For each setting it loads a fresh index with the first ``--docs`` stories that have a body, runs
 ``python -m neardup index --json`` (2 workers, as a user would) and prints docs/s, the workers'
 seconds fingerprinting (with TF-IDF: also weighing the vectors), counting terms and updating the
-statistics index, reading and writing (summed over workers), the statistics' size (terms, part documents, bytes of ``_source``) and the mean JSON size of a stored
+statistics index, reading and writing (summed over workers), the statistics'
+size (terms, part documents, bytes of ``_source``) and the mean JSON size of a stored
 vector. A second run with ``--force`` re-weights every vector (nothing is counted again) and checks
 that the statistics did not change.
 
@@ -31,11 +32,11 @@ from elasticsearch import Elasticsearch, helpers
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from indexer.client import display_url, make_client  # noqa: E402
-from indexer.retry import Retrier  # noqa: E402
-from indexer.tfidf import StatsStore, stats_index_name  # noqa: E402
 from neardup.config import load_config  # noqa: E402
 from neardup.corpora import reuters_documents  # noqa: E402
+from neardup.indexer.client import display_url, make_client  # noqa: E402
+from neardup.indexer.retry import Retrier  # noqa: E402
+from neardup.indexer.tfidf import StatsStore, stats_index_name  # noqa: E402
 from neardup.tfidf import weigher_from_config  # noqa: E402
 
 

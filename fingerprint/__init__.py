@@ -7,10 +7,10 @@ compiled kernels (loaded at first use, never at import), :mod:`fingerprint.model
 field layout and :mod:`fingerprint.similarity` for the similarity measures.
 """
 
-from fingerprint.fingerprinter import Fingerprinter
-from fingerprint.model import FIELD, Fingerprint, FingerprintFormatError, es_mapping, read_signatures
-from fingerprint.params import ALGORITHM_VERSION, FingerprintParams, scheme_version
-from fingerprint.similarity import (
+from neardup.fingerprint.fingerprinter import Fingerprinter
+from neardup.fingerprint.model import FIELD, Fingerprint, FingerprintFormatError, es_mapping, read_signatures
+from neardup.fingerprint.params import ALGORITHM_VERSION, FingerprintParams, scheme_version
+from neardup.fingerprint.similarity import (
     estimated_containment,
     estimated_resemblance,
     exact_containment,

@@ -15,12 +15,13 @@ by a user without a home directory), the kernels are compiled in memory by each 
 
 from __future__ import annotations
 
-import numpy as np
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+import numpy as np
 from numba import njit as _numba_njit
 
-from fingerprint.hashing import FMIX_C1, FMIX_C2, GOLDEN, MASK64, WORD_BASE
+from neardup.fingerprint.hashing import FMIX_C1, FMIX_C2, GOLDEN, MASK64, WORD_BASE
 
 
 def njit(**options: Any) -> Callable[[Callable[..., Any]], Any]:

@@ -9,7 +9,7 @@ the two sorted arrays of distinct ``uint64`` values of each pair; comparisons ar
 
 from __future__ import annotations
 
-from fingerprint._kernels import njit
+from neardup.fingerprint._kernels import njit
 
 
 @njit(cache=True, nogil=True)

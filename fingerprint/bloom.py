@@ -48,8 +48,8 @@ other rows are untouched. Freed space is not reused: new documents go to the ope
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 

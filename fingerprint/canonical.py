@@ -61,13 +61,14 @@ import itertools
 import re
 import threading
 import unicodedata
+from collections.abc import Callable, Iterator
 from functools import lru_cache
-from typing import Callable, Iterator, Literal
+from typing import Literal
 
 import numpy as np
 
-from fingerprint import stopwords
-from fingerprint.params import FingerprintParams
+from neardup.fingerprint import stopwords
+from neardup.fingerprint.params import FingerprintParams
 
 Lang = Literal["ru", "en", "none"]
 
@@ -247,7 +248,8 @@ def canonical_codes(text: str) -> np.ndarray:
     Equal to :func:`canonical_codes_reference`, but NFKC and casefolding (slow: half the time
     of a whole fingerprint) run only on the whitespace-delimited words that contain a code
     point that is not stable (see :func:`_fast_tables`); every other code point goes through
-    one table lookup. (Text with many unstable code points is normalised whole.) This is exact: NFKC and casefolding never act across whitespace (a
+    one table lookup. (Text with many unstable code points is normalised whole.) This is exact:
+    NFKC and casefolding never act across whitespace (a
     whitespace character is a starter that composes with nothing), and a stable code point
     is unchanged by NFKC next to other stable ones.
     """

@@ -56,13 +56,13 @@ candidate pairs at a time (``chunk_pairs``).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence, Set
 
 import numpy as np
 
-from fingerprint.lsh import Banding, needed_matches, round_rows
-from fingerprint.similarity import group_labels, identical_rows
+from neardup.fingerprint.lsh import Banding, needed_matches, round_rows
+from neardup.fingerprint.similarity import group_labels, identical_rows
 
 #: Candidate pairs generated and verified at once (bounds memory: ~K·16 bytes per pair).
 CHUNK_PAIRS = 1 << 18
@@ -458,7 +458,7 @@ def _canonical(labels: np.ndarray) -> np.ndarray:
 def linked_pairs_exact(signatures: np.ndarray, counts: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
     """All pairs with Ĵ ≥ threshold by an exact all-pairs comparison of the estimates
     (:func:`fingerprint.similar_pairs`): the reference the LSH clustering approximates."""
-    from fingerprint.similarity import similar_pairs
+    from neardup.fingerprint.similarity import similar_pairs
 
     i, j, _ = similar_pairs(np.asarray(signatures), np.asarray(counts), threshold, "resemblance")
     return i, j
@@ -473,7 +473,7 @@ def single_link_exact(signatures: np.ndarray, counts: np.ndarray, threshold: flo
 # --- stable cluster ids ----------------------------------------------------------------------------
 
 def assign_ids(keys: Sequence[str], labels: np.ndarray, previous: Sequence[str | None],
-               sizes: Mapping[str, int] | None = None, taken: Set[str] = frozenset()) -> list[str]:
+               sizes: Mapping[str, int] | None = None, taken: set[str] = frozenset()) -> list[str]:
     """A stable id for each document's cluster.
 
     ``keys[d]``: document d's unique key (its ``_id``); ``labels``: clusters (any member index

@@ -30,12 +30,12 @@ was written first is not something shingles can tell.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
-from fingerprint.bloom import BloomParams, PseudoMatrixBloom, frequent_shingles, shared_counts
+from neardup.fingerprint.bloom import BloomParams, PseudoMatrixBloom, frequent_shingles, shared_counts
 
 
 @dataclass(frozen=True)

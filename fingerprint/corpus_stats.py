@@ -7,12 +7,12 @@ statistics of disjoint parts all give exactly the statistics of the whole set at
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 
-from fingerprint.values import ArrayValue
+from neardup.fingerprint.values import ArrayValue
 
 
 class StatsFormatError(ValueError):

@@ -20,18 +20,29 @@ bounded by the piece size plus 8 bytes per distinct shingle (needed for the exac
 from __future__ import annotations
 
 import itertools
-from typing import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from fingerprint import canonical
-from fingerprint.canonical import Lang, WordNormaliser, canonical_codes, detect_language, plain_pieces, split_codes
-from fingerprint.hashing import (DROPPED, U64_MAX, megashingles, minhash, minhash_batch, multipliers,
-                                 shingle_hashes, shingle_hashes_batch, signatures_from_token_hashes, spans_and_ids,
-                                 supershingles, token_hash)
-from fingerprint.model import Fingerprint, empty_fingerprint, make_fingerprint
-from fingerprint.params import FingerprintParams, scheme_version
-from fingerprint.wordcache import WordHashCache
+from neardup.fingerprint import canonical
+from neardup.fingerprint.canonical import Lang, WordNormaliser, canonical_codes, detect_language, plain_pieces, split_codes
+from neardup.fingerprint.hashing import (
+    DROPPED,
+    U64_MAX,
+    megashingles,
+    minhash,
+    minhash_batch,
+    multipliers,
+    shingle_hashes,
+    shingle_hashes_batch,
+    signatures_from_token_hashes,
+    spans_and_ids,
+    supershingles,
+    token_hash,
+)
+from neardup.fingerprint.model import Fingerprint, empty_fingerprint, make_fingerprint
+from neardup.fingerprint.params import FingerprintParams, scheme_version
+from neardup.fingerprint.wordcache import WordHashCache
 
 _LANGUAGES = ("auto", "ru", "en", "none")
 

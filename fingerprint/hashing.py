@@ -69,14 +69,14 @@ different groups apart.) **Megashingle** for supershingles i < j, in the order
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Sequence
 
 import mmh3
 import numpy as np
 
-from fingerprint.canonical import token_spans
-from fingerprint.jit import kernels
+from neardup.fingerprint.canonical import token_spans
+from neardup.fingerprint.jit import kernels
 
 MASK64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15

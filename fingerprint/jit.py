@@ -39,7 +39,7 @@ def kernels() -> ModuleType | None:
         return None
     if "module" not in _state:
         try:
-            from fingerprint import _kernels
+            from neardup.fingerprint import _kernels
         except Exception as exc:  # ImportError, or numba failing to set up its cache
             warnings.warn(f"fingerprint: compiled kernels unavailable ({exc!r}); using NumPy", RuntimeWarning,
                           stacklevel=2)

@@ -22,12 +22,13 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from fingerprint.hashing import U64_MAX, megashingles, supershingles
+from neardup.fingerprint.hashing import U64_MAX, megashingles, supershingles
 
 try:  # SIMD base64 (~50× binascii on a window of signatures); binascii when it is missing
     from pybase64 import b64decode as _simd_b64decode

@@ -46,8 +46,8 @@ from typing import Literal
 
 import numpy as np
 
-from fingerprint.hashing import GOLDEN
-from fingerprint.model import Fingerprint
+from neardup.fingerprint.hashing import GOLDEN
+from neardup.fingerprint.model import Fingerprint
 
 Mode = Literal["resemblance", "containment"]
 

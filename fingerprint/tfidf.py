@@ -56,18 +56,19 @@ import binascii
 import hashlib
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from fingerprint.corpus_stats import CorpusStats, StatsFormatError
-from fingerprint.fingerprinter import Fingerprinter
-from fingerprint.hashing import token_hash
-from fingerprint.params import FingerprintParams
-from fingerprint.similarity import pairs_within_runs
-from fingerprint.synonyms import SynonymFormatError, SynonymMap, parse_synonyms
-from fingerprint.values import ArrayValue
+from neardup.fingerprint.corpus_stats import CorpusStats, StatsFormatError
+from neardup.fingerprint.fingerprinter import Fingerprinter
+from neardup.fingerprint.hashing import token_hash
+from neardup.fingerprint.params import FingerprintParams
+from neardup.fingerprint.similarity import pairs_within_runs
+from neardup.fingerprint.synonyms import SynonymFormatError, SynonymMap, parse_synonyms
+from neardup.fingerprint.values import ArrayValue
 
 __all__ = [
     "CorpusStats", "QUANT", "StatsFormatError", "SynonymFormatError", "SynonymMap", "TF_FIELD", "TFIDF_ALGORITHM",

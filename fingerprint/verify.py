@@ -85,14 +85,14 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
-from fingerprint.clustering import VERIFY_EPS, PairVerifier, equal_slots, unique_pairs
-from fingerprint.lsh import Banding, candidate_probability_given_matches, needed_matches
-from fingerprint.similarity import group_labels, pairs_within_runs
+from neardup.fingerprint.clustering import VERIFY_EPS, PairVerifier, equal_slots, unique_pairs
+from neardup.fingerprint.lsh import Banding, candidate_probability_given_matches, needed_matches
+from neardup.fingerprint.similarity import group_labels, pairs_within_runs
 
 #: Default z of the margin δ = z·σ(t).
 SIGMAS = 5.0
@@ -173,7 +173,7 @@ class ShingleSets:
     offsets: np.ndarray  # int64, D + 1
 
     @classmethod
-    def from_arrays(cls, arrays: Sequence[np.ndarray]) -> "ShingleSets":
+    def from_arrays(cls, arrays: Sequence[np.ndarray]) -> ShingleSets:
         """From sorted arrays of distinct values (as :meth:`Fingerprinter.shingles` returns)."""
         offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
         if arrays:
@@ -231,13 +231,13 @@ def pair_intersections_numpy(sets: ShingleSets, a: np.ndarray, b: np.ndarray,
 def _kernel(elements: int) -> Callable[..., None] | None:
     """The compiled merge kernel if compiled kernels are enabled and numba is importable, and
     either they are loaded already or the work (``elements``) is worth loading them."""
-    from fingerprint import jit
+    from neardup.fingerprint import jit
 
-    if "fingerprint._kernels" not in sys.modules and elements < COMPILED_MIN_ELEMENTS:
+    if "neardup.fingerprint._kernels" not in sys.modules and elements < COMPILED_MIN_ELEMENTS:
         return None
     if jit.kernels() is None:
         return None
-    from fingerprint._verify_kernels import pair_intersections as kernel
+    from neardup.fingerprint._verify_kernels import pair_intersections as kernel
 
     return kernel
 

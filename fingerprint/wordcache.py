@@ -19,12 +19,12 @@ is a pure function of the word.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
-from fingerprint.hashing import token_hash_array
-from fingerprint.jit import kernels
+from neardup.fingerprint.hashing import token_hash_array
+from neardup.fingerprint.jit import kernels
 
 _EMPTY = np.uint64(0)
 INITIAL_SLOTS = 1 << 12

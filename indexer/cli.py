@@ -13,14 +13,15 @@ import functools
 import json
 import logging
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import elastic_transport
 from elasticsearch import ApiError
 from pydantic import ValidationError
 
-from indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, JobError, explain
 from neardup.config import Config, ConfigError
+from neardup.indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, JobError, explain
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ def clear_errors(handler: Handler) -> Handler:
     """Turn the errors a user can cause or fix into one message and an exit status."""
     @functools.wraps(handler)
     def wrapped(args: argparse.Namespace, config: Config) -> int:
-        from indexer.client import display_url
+        from neardup.indexer.client import display_url
         from neardup.upstream import UpstreamError
 
         if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
@@ -134,9 +135,9 @@ def _threshold(text: str) -> float:
 
 @clear_errors
 def index_command(args: argparse.Namespace, config: Config) -> int:
-    from indexer.job import IndexOptions, run_job
-    from indexer.query import parse_slice
-    from indexer.stats import format_summary
+    from neardup.indexer.job import IndexOptions, run_job
+    from neardup.indexer.query import parse_slice
+    from neardup.indexer.stats import format_summary
 
     try:
         host_slice, host_slices = parse_slice(args.slice) if args.slice else (0, 1)
@@ -189,14 +190,14 @@ def _register_index(subparsers: argparse._SubParsersAction) -> None:
 # --- neardup enrich ----------------------------------------------------------------------------
 
 def _fingerprinter(config: Config):
-    from fingerprint import Fingerprinter
+    from neardup.fingerprint import Fingerprinter
 
     return Fingerprinter(config.fingerprint)
 
 
 @clear_errors
 def enrich_command(args: argparse.Namespace, config: Config) -> int:
-    from indexer.lines import enrich_stream, open_input
+    from neardup.indexer.lines import enrich_stream, open_input
 
     config = with_flags(args, config)
     fields, fingerprinter = tuple(config.indexer.fields), _fingerprinter(config)
@@ -204,8 +205,8 @@ def enrich_command(args: argparse.Namespace, config: Config) -> int:
     if config.tfidf.enabled and args.index:
         from functools import partial
 
-        from indexer.client import make_client
-        from indexer.tfidf import make_enricher, vectors_of_lines
+        from neardup.indexer.client import make_client
+        from neardup.indexer.tfidf import make_enricher, vectors_of_lines
 
         check_upstream(config)
         client = make_client(config.upstream)
@@ -262,19 +263,19 @@ def _add_similarity_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _retrier(config: Config):
-    from indexer.client import display_url
-    from indexer.retry import Retrier
+    from neardup.indexer.client import display_url
+    from neardup.indexer.retry import Retrier
 
     return Retrier(display_url(config.upstream), config.indexer.max_retries)
 
 
 @clear_errors
 def load_command(args: argparse.Namespace, config: Config) -> int:
-    from indexer.client import make_client
-    from indexer.lines import open_input
-    from indexer.load import Loader, LoadOptions, format_load_summary
-    from indexer.tfidf import make_enricher
     from neardup.config import collapse_settings_for
+    from neardup.indexer.client import make_client
+    from neardup.indexer.lines import open_input
+    from neardup.indexer.load import Loader, LoadOptions, format_load_summary
+    from neardup.indexer.tfidf import make_enricher
 
     config = with_flags(args, config)
     threshold, mode = _similarity_settings(args, config)
@@ -333,9 +334,9 @@ def _register_load(subparsers: argparse._SubParsersAction) -> None:
 
 @clear_errors
 def duplicates_command(args: argparse.Namespace, config: Config) -> int:
-    from fingerprint import scheme_version
-    from indexer.client import make_client
-    from indexer.duplicates import duplicates_json, find_duplicates, format_duplicates
+    from neardup.fingerprint import scheme_version
+    from neardup.indexer.client import make_client
+    from neardup.indexer.duplicates import duplicates_json, find_duplicates, format_duplicates
 
     config = with_flags(args, config)
     threshold, mode = _similarity_settings(args, config)

@@ -11,8 +11,7 @@ from typing import Any
 from elasticsearch import Elasticsearch
 
 from neardup.config import UpstreamConfig
-from neardup.upstream import base_client_options
-from neardup.upstream import without_credentials
+from neardup.upstream import base_client_options, without_credentials
 
 
 def client_options(upstream: UpstreamConfig) -> dict[str, Any]:

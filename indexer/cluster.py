@@ -64,35 +64,46 @@ they count as new, for the next ``--incremental``.
 from __future__ import annotations
 
 import bisect
-from array import array
 import datetime
 import logging
 import sys
 import time
+from array import array
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 from elasticsearch import ApiError, Elasticsearch
 
-from fingerprint import FIELD, FingerprintParams, scheme_version
-from fingerprint.clustering import ClusterParams, Clustering, PairSample, RoundStats, assign_ids, cluster_signatures
-from fingerprint.lsh import Banding, choose_banding, key_strings
-from indexer.client import display_url, make_client
-from indexer.cluster_docs import (BANDS, CLUSTER, CLUSTER_MAPPING, SOURCE_FIELDS, DocTable, Planned, Stored,
-                                  doc_key, split_key, stored_values)
-from indexer.cluster_backstop import Changed, Cut, take_cut, withdraw_unexamined
-from indexer.cluster_verify import cluster_table
-from indexer.errors import JobError, error_type_and_reason
-from indexer.mapping import plan_neardup_mapping, put_neardup_mapping
-from indexer.progress import Progress
-from indexer.query import SliceSpec
-from indexer.reader import SliceReader
-from indexer.retry import Retrier
-from indexer.stats import JobStats
-from indexer.writer import BulkUpdater, Pending
 from neardup.config import Config
+from neardup.fingerprint import FIELD, FingerprintParams, scheme_version
+from neardup.fingerprint.clustering import Clustering, ClusterParams, PairSample, RoundStats, assign_ids, cluster_signatures
+from neardup.fingerprint.lsh import Banding, choose_banding, key_strings
+from neardup.indexer.client import display_url, make_client
+from neardup.indexer.cluster_backstop import Changed, Cut, take_cut, withdraw_unexamined
+from neardup.indexer.cluster_docs import (
+    BANDS,
+    CLUSTER,
+    CLUSTER_MAPPING,
+    SOURCE_FIELDS,
+    DocTable,
+    Planned,
+    Stored,
+    doc_key,
+    split_key,
+    stored_values,
+)
+from neardup.indexer.cluster_verify import cluster_table
+from neardup.indexer.errors import JobError, error_type_and_reason
+from neardup.indexer.mapping import plan_neardup_mapping, put_neardup_mapping
+from neardup.indexer.progress import Progress
+from neardup.indexer.query import SliceSpec
+from neardup.indexer.reader import SliceReader
+from neardup.indexer.retry import Retrier
+from neardup.indexer.stats import JobStats
+from neardup.indexer.writer import BulkUpdater, Pending
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +145,7 @@ class ClusterSettings:
         return {"state": state, "threshold": self.threshold, "mode": "resemblance", "version": self.version,
                 "lsh": self.banding.describe(), "keys": "index/id" if self.with_index else "id",
                 "verification": self.verification,
-                "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "updated": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                 **figures}
 
     def mismatch(self, meta: Mapping[str, Any] | None) -> str | None:
@@ -262,7 +273,7 @@ class Job:
     #: (:mod:`indexer.cluster_backstop`), taken just before the refresh the reading rests on
     cut: Cut | None = None
     #: memory strategy: what the run read and computed for every document
-    computed: "Computed | None" = None
+    computed: Computed | None = None
     #: aggregate strategy, last pass: (index, _id) -> (``_seq_no`` and primary term read, written)
     own_writes: dict[tuple[str, str], tuple[int, int, int, int]] | None = None
     #: aggregate strategy, key pass: :func:`version_hash` of each version it wrote (while it
@@ -446,7 +457,7 @@ class ClusterUpdater(BulkUpdater):
     #: when given, each acknowledged write: (index, _id) -> (``_seq_no`` and primary term read, written)
     own_writes: dict[tuple[str, str], tuple[int, int, int, int]] | None = None
     #: when given, the :func:`version_hash` of each acknowledged write is appended
-    written_versions: "array[int] | None" = None
+    written_versions: array[int] | None = None
 
     def _settle(self, item: Pending, answer: Mapping[str, Any], conflicted: list[Pending],
                 again: list[Pending]) -> None:
@@ -749,7 +760,7 @@ def run_cluster(config: Config, options: ClusterOptions, *, progress: Progress |
         elif strategy == "memory":
             report = run_memory(job)
         else:
-            from indexer.cluster_aggregate import run_aggregate
+            from neardup.indexer.cluster_aggregate import run_aggregate
 
             report = run_aggregate(job)
         result.stats.transient_retries = retrier.retries
@@ -773,7 +784,7 @@ def run_cluster(config: Config, options: ClusterOptions, *, progress: Progress |
             job.put_meta("ready", **figures)
         progress.close()
         if options.report:
-            from indexer.cluster_report import write_report
+            from neardup.indexer.cluster_report import write_report
 
             write_report(job, report, options.report)
             result.report = options.report

@@ -30,17 +30,25 @@ from __future__ import annotations
 
 import time
 from array import array
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
-from fingerprint import FIELD
-from fingerprint.clustering import (NEAR_MARGIN, assign_ids, cross_pairs, equal_slots, shared_buckets,
-                                    unique_pairs, window_pairs)
-from fingerprint.lsh import needed_matches
-from fingerprint.similarity import group_labels
-from indexer.cluster import (Job, ReportInput, band_strings, count_fingerprints, keys_query, pending_for)
-from indexer.cluster_docs import BANDS, DocTable, Planned
+from neardup.fingerprint import FIELD
+from neardup.fingerprint.clustering import (
+    NEAR_MARGIN,
+    assign_ids,
+    cross_pairs,
+    equal_slots,
+    shared_buckets,
+    unique_pairs,
+    window_pairs,
+)
+from neardup.fingerprint.lsh import needed_matches
+from neardup.fingerprint.similarity import group_labels
+from neardup.indexer.cluster import Job, ReportInput, band_strings, count_fingerprints, keys_query, pending_for
+from neardup.indexer.cluster_docs import BANDS, DocTable, Planned
 
 #: Buckets per page of the composite aggregation.
 COMPOSITE_PAGE = 5000

@@ -79,20 +79,21 @@ stability of the ids across that run is lost. Stored values cannot be told apart
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from elasticsearch import Elasticsearch
 
-from fingerprint import FIELD
-from indexer.cluster_docs import CLUSTER, SOURCE_FIELDS, Stored, stored_values
-from indexer.cluster_seed import withdraw_values
-from indexer.docversion import DocVersion
-from indexer.errors import JobError, error_type_and_reason
-from indexer.retry import Retrier
+from neardup.fingerprint import FIELD
+from neardup.indexer.cluster_docs import CLUSTER, SOURCE_FIELDS, Stored, stored_values
+from neardup.indexer.cluster_seed import withdraw_values
+from neardup.indexer.docversion import DocVersion
+from neardup.indexer.errors import JobError, error_type_and_reason
+from neardup.indexer.retry import Retrier
 
 if TYPE_CHECKING:
-    from indexer.cluster import Job
+    from neardup.indexer.cluster import Job
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ class Changed(DocVersion):
     attempts: int = 0
 
 
-def changed_since(job: "Job", cut: Cut) -> Iterator[Changed]:
+def changed_since(job: Job, cut: Cut) -> Iterator[Changed]:
     """Documents with a ``_seq_no`` above their shard's cut holding ``neardup.cluster`` (refreshed)."""
     for index, shards in sorted(cut.items()):
         for shard, checkpoint in sorted(shards.items()):
@@ -156,7 +157,7 @@ def changed_since(job: "Job", cut: Cut) -> Iterator[Changed]:
                 after = hits[-1]["sort"]
 
 
-def withdraw_unexamined(job: "Job", cut: Cut) -> int:
+def withdraw_unexamined(job: Job, cut: Cut) -> int:
     """Withdraw the cluster values changed after ``cut`` that the run cannot vouch for; the
     number withdrawn (failures go to the run's stats)."""
     unvouched = [c for c in changed_since(job, cut) if not job.vouches(c, cut[c.index][c.shard])]
@@ -179,7 +180,7 @@ def withdraw_unexamined(job: "Job", cut: Cut) -> int:
     return withdrawn
 
 
-def _judge_again(job: "Job", cut: Cut, items: list[Changed], fail: Callable[[str, Changed], None]) -> list[Changed]:
+def _judge_again(job: Job, cut: Cut, items: list[Changed], fail: Callable[[str, Changed], None]) -> list[Changed]:
     """Read documents again (real time): those still holding a value the run cannot vouch for."""
     response = job.retrier.call("re-reading documents changed during the run", lambda: job.client.mget(
         docs=[c.get_ref() for c in items], source=SOURCE_FIELDS, realtime=True))

@@ -11,15 +11,23 @@ import argparse
 import json
 import os
 
-from indexer.cli import (_add_field_option, _positive, _threshold, add_index_job_options, check_upstream,
-                         clear_errors, fail, with_flags)
-from indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_USAGE
 from neardup.config import Config, collapse_settings_for
+from neardup.indexer.cli import (
+    _add_field_option,
+    _positive,
+    _threshold,
+    add_index_job_options,
+    check_upstream,
+    clear_errors,
+    fail,
+    with_flags,
+)
+from neardup.indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_USAGE
 
 
 @clear_errors
 def cluster_command(args: argparse.Namespace, config: Config) -> int:
-    from indexer.cluster import ClusterOptions, format_result, run_cluster
+    from neardup.indexer.cluster import ClusterOptions, format_result, run_cluster
 
     _, default_threshold, _ = collapse_settings_for(config.collapse, args.index)
     if args.report:

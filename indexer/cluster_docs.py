@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from fingerprint import FIELD
+from neardup.fingerprint import FIELD
 
 CLUSTER = "cluster"
 BANDS = "bands"
@@ -123,7 +124,7 @@ class DocTable:
         self.counts.append(count)
         self.usable.append(raw is not None)
 
-    def extend(self, other: "DocTable") -> None:
+    def extend(self, other: DocTable) -> None:
         for name in ("index", "ids", "routing", "seq_no", "primary_term", "stored", "signature_bytes",
                      "counts", "usable"):
             getattr(self, name).extend(getattr(other, name))
@@ -143,7 +144,7 @@ class DocTable:
         counts = np.asarray(self.counts, dtype=np.int64)
         return np.where(np.asarray(self.usable, dtype=bool), counts, 0)
 
-    def take(self, order: Sequence[int]) -> "DocTable":
+    def take(self, order: Sequence[int]) -> DocTable:
         out = DocTable(self.num_perm)
         for name in ("index", "ids", "routing", "seq_no", "primary_term", "stored", "signature_bytes",
                      "counts", "usable"):

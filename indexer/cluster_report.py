@@ -19,10 +19,11 @@ import html
 import os
 import tempfile
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from indexer.texts import as_text, field_value
+from neardup.fingerprint.texts import as_text, field_value
 
 #: Size classes of the distribution: (label, smallest, largest).
 SIZE_CLASSES = [("1", 1, 1), ("2", 2, 2), ("3", 3, 3), ("4–5", 4, 5), ("6–10", 6, 10), ("11–20", 11, 20),
@@ -217,7 +218,7 @@ def build_report_data(job: Any, report: Any, sources: Mapping[str, Mapping[str, 
         near_linked=[(s, doc(a), doc(b)) for a, b, s in near_pairs(report.near_linked, threshold, PAIRS_SHOWN)],
         near_rejected=[(s, doc(a), doc(b)) for a, b, s in near_pairs(report.near_rejected, threshold, PAIRS_SHOWN)],
         s_curve=[(s, float(banding.probability(s))) for s in (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)],
-        generated=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        generated=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         measure=("resemblance (exact, from the texts)" if getattr(job.settings, "verification", "") == "text"
                  else "estimated resemblance"))
 

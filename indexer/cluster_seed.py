@@ -20,7 +20,8 @@ A run with another threshold, or over another index expression, finds different 
 rewrites them: slower, still correct. The first full run of an index takes no stored value as a
 previous cluster id (:meth:`indexer.cluster.Job.previous_ids`), so its ids do not depend on which
 documents have a seed. Cost at index time: the band keys of each page (vectorised, NumPy), about
-16 more keywords a document, and one filtered ``GET _mapping`` per seeded bulk request. ``neardup enrich`` (lines to stdout, bound for an
+16 more keywords a document, and one filtered ``GET _mapping`` per seeded bulk request.
+``neardup enrich`` (lines to stdout, bound for an
 unknown index and often without a known ``_id``) and the library functions
 (:func:`indexer.enrich.add_fingerprint`) write no seeds; ``neardup load`` seeds only
 documents whose ``_id`` it knows and only when the target is one concrete index.
@@ -85,20 +86,21 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 from elasticsearch import ApiError, Elasticsearch
 
-from fingerprint import FIELD, FingerprintParams
-from fingerprint.lsh import Banding, key_strings
-from indexer.cluster_docs import BANDS, CLUSTER, CLUSTER_MAPPING, doc_key
-from indexer.docversion import DocVersion
-from indexer.errors import JobError, error_type_and_reason
-from indexer.mapping import MappingPlan, plan_neardup_mapping
-from indexer.retry import TRANSIENT_STATUSES, Retrier
-from indexer.stats import Failures
+from neardup.fingerprint import FIELD, FingerprintParams
+from neardup.fingerprint.lsh import Banding, key_strings
+from neardup.indexer.cluster_docs import BANDS, CLUSTER, CLUSTER_MAPPING, doc_key
+from neardup.indexer.docversion import DocVersion
+from neardup.indexer.errors import JobError, error_type_and_reason
+from neardup.indexer.mapping import MappingPlan, plan_neardup_mapping
+from neardup.indexer.retry import TRANSIENT_STATUSES, Retrier
+from neardup.indexer.stats import Failures
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +136,7 @@ def plan_mapping_with_seeds(client: Elasticsearch, retrier: Retrier, index: str,
 
 
 def seed_plan(index: str, threshold: float, fingerprint: FingerprintParams,
-              root_mappings: Mapping[str, Any]) -> "SeedPlan | None":
+              root_mappings: Mapping[str, Any]) -> SeedPlan | None:
     """How a writer to ``index`` (concrete indices: the keys of ``root_mappings``) seeds, or
     None when it writes no seeds because the index has clusters already."""
     if not root_mappings or clusters_recorded(root_mappings):
@@ -154,11 +156,11 @@ class SeedPlan:
 
     @classmethod
     def for_target(cls, index: str, threshold: float, fingerprint: FingerprintParams,
-                   indices: Sequence[str]) -> "SeedPlan":
+                   indices: Sequence[str]) -> SeedPlan:
         """The plan for the cluster job's defaults on ``index`` (``threshold``: the collapse
         threshold for it), whose concrete indices are ``indices``."""
-        from fingerprint import scheme_version
-        from fingerprint.lsh import choose_banding
+        from neardup.fingerprint import scheme_version
+        from neardup.fingerprint.lsh import choose_banding
 
         return cls(index, scheme_version(fingerprint), fingerprint.num_perm,
                    choose_banding(threshold, fingerprint.num_perm, fingerprint.groups), len(indices) > 1)

@@ -35,25 +35,34 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fingerprint import Fingerprinter
-from fingerprint.clustering import ClusterParams, Clustering, cluster_signatures
-from fingerprint.hashing import multipliers
-from fingerprint.verify import (SIGMAS, ShingleSets, banding_miss, estimate_margin, estimate_miss,
-                                exact_resemblances, lowered_banding, set_signatures)
-from indexer.cluster_docs import DocTable
-from indexer.texts import document_texts
+from neardup.fingerprint import Fingerprinter
+from neardup.fingerprint.clustering import Clustering, ClusterParams, cluster_signatures
+from neardup.fingerprint.hashing import multipliers
+from neardup.fingerprint.texts import document_texts
+from neardup.fingerprint.verify import (
+    SIGMAS,
+    ShingleSets,
+    banding_miss,
+    estimate_margin,
+    estimate_miss,
+    exact_resemblances,
+    lowered_banding,
+    set_signatures,
+)
+from neardup.indexer.cluster_docs import DocTable
 
 if TYPE_CHECKING:  # pragma: no cover
     from elasticsearch import Elasticsearch
 
-    from indexer.cluster import Job
-    from indexer.retry import Retrier
+    from neardup.indexer.cluster import Job
+    from neardup.indexer.retry import Retrier
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +123,7 @@ class TextVerifier:
     """The verification hook of :func:`fingerprint.clustering.cluster_signatures`: exact
     resemblance of document pairs (rows of ``table``) from their texts, read on demand."""
 
-    def __init__(self, client: "Elasticsearch", retrier: "Retrier", table: DocTable, fields: Sequence[str],
+    def __init__(self, client: Elasticsearch, retrier: Retrier, table: DocTable, fields: Sequence[str],
                  fingerprinter: Fingerprinter, stats: VerifyStats, batch: int = FETCH_BATCH) -> None:
         self.client = client
         self.retrier = retrier
@@ -220,7 +229,7 @@ class TextVerifier:
             self.stats.examples.append(f"{self.table.index[row]}/{self.table.ids[row]}")
 
 
-def cluster_table(job: "Job", table: DocTable) -> Clustering:
+def cluster_table(job: Job, table: DocTable) -> Clustering:
     """The clusters of ``table``'s documents, verified as ``job.options.verify`` says
     (the verification step of :func:`indexer.cluster.run_memory`)."""
     method = getattr(job.options, "verify", "text")

@@ -26,23 +26,24 @@ import json
 import logging
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from elasticsearch import Elasticsearch
 
-from fingerprint import Fingerprinter
-from fingerprint.bloom import BloomParams
-from fingerprint.copies import CopiedPair, build_filter, candidates, check_min_share, content_sets, ranked, verify
-from indexer.cli import _positive, _retrier, add_index_job_options, check_upstream, clear_errors, with_flags
-from indexer.cluster_docs import doc_key
-from indexer.errors import EXIT_OK, JobError
-from indexer.query import SliceSpec
-from indexer.reader import SliceReader
-from indexer.retry import Retrier
-from indexer.texts import document_texts
 from neardup.config import Config
+from neardup.fingerprint import Fingerprinter
+from neardup.fingerprint.bloom import BloomParams
+from neardup.fingerprint.copies import CopiedPair, build_filter, candidates, check_min_share, content_sets, ranked, verify
+from neardup.fingerprint.texts import document_texts
+from neardup.indexer.cli import _positive, _retrier, add_index_job_options, check_upstream, clear_errors, with_flags
+from neardup.indexer.cluster_docs import doc_key
+from neardup.indexer.errors import EXIT_OK, JobError
+from neardup.indexer.query import SliceSpec
+from neardup.indexer.reader import SliceReader
+from neardup.indexer.retry import Retrier
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +262,7 @@ def _field_names(text: str) -> list[str]:
 
 @clear_errors
 def copies_command(args: argparse.Namespace, config: Config) -> int:
-    from indexer.client import make_client
+    from neardup.indexer.client import make_client
 
     config = with_flags(args, config)
     settings, job = config.copies, config.indexer

@@ -21,10 +21,11 @@ loaded so far in memory, keyed the same way (about 1 KB per document).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
-from fingerprint import FIELD, Fingerprint, FingerprintFormatError, estimated_containment, estimated_resemblance
+from neardup.fingerprint import FIELD, Fingerprint, FingerprintFormatError, estimated_containment, estimated_resemblance
 
 Mode = Literal["resemblance", "containment"]
 

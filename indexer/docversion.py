@@ -11,8 +11,9 @@ document.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, TypeVar
+from typing import Any, TypeVar
 
 V = TypeVar("V", bound="DocVersion")
 

@@ -8,15 +8,16 @@ fingerprint of the current scheme cannot be compared: the command says to run ``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from elasticsearch import Elasticsearch, NotFoundError
 
-from fingerprint import FIELD, Fingerprint, FingerprintFormatError
-from indexer.dedup import Match, candidate_search, candidates_from_hits, verified_matches
-from indexer.errors import JobError, error_type_and_reason
-from indexer.retry import Retrier
+from neardup.fingerprint import FIELD, Fingerprint, FingerprintFormatError
+from neardup.indexer.dedup import Match, candidate_search, candidates_from_hits, verified_matches
+from neardup.indexer.errors import JobError, error_type_and_reason
+from neardup.indexer.retry import Retrier
 
 
 @dataclass(frozen=True)

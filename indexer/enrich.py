@@ -2,8 +2,8 @@
 
 For programs that index with the official client::
 
-    from fingerprint import Fingerprinter, FingerprintParams
-    from indexer.enrich import add_fingerprint, enrich_documents
+    from neardup.fingerprint import Fingerprinter, FingerprintParams
+    from neardup.indexer.enrich import add_fingerprint, enrich_documents
 
     fp = Fingerprinter(FingerprintParams())
     doc = add_fingerprint({"title": "...", "body": "..."}, ["title", "body"], fp)
@@ -32,12 +32,13 @@ exactly as it came in.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
-from fingerprint import FIELD, Fingerprint, Fingerprinter
-from indexer.cluster_docs import BANDS, CLUSTER, SOURCE_FIELDS
-from indexer.texts import Outcome, document_texts
+from neardup.fingerprint import FIELD, Fingerprint, Fingerprinter
+from neardup.fingerprint.texts import Outcome, document_texts
+from neardup.indexer.cluster_docs import BANDS, CLUSTER, SOURCE_FIELDS
 
 #: Keys of ``neardup`` derived by ``neardup cluster`` from the fingerprint; void when it changes.
 CLUSTER_KEYS = (CLUSTER, BANDS)

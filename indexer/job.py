@@ -37,26 +37,27 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from elasticsearch import ApiError, AuthorizationException, Elasticsearch
 
-from fingerprint import FIELD, Fingerprinter, scheme_version
-from fingerprint.tfidf import TF_FIELD
-from indexer.client import display_url, make_client
-from indexer.cluster_seed import SeedPlan, Seeder, plan_mapping_with_seeds, seed_plan
-from indexer.enrich import STORED_PATHS, cleared_cluster_keys, compute_fingerprint
-from indexer.errors import JobError, error_type_and_reason, explain
-from indexer.mapping import field_paths, put_neardup_mapping, text_fields
-from indexer.progress import Progress
-from indexer.query import TF_VERSION_PATH, SliceSpec, already_current, plan_slices, selection
-from indexer.reader import SliceReader
-from indexer.retry import Retrier
-from indexer.stats import JobStats
-from indexer.tfidf import TfidfEnricher, make_enricher, neardup_of, source_texts, tf_properties
-from indexer.writer import BulkUpdater
 from neardup.config import Config, collapse_settings_for
+from neardup.fingerprint import FIELD, Fingerprinter, scheme_version
+from neardup.fingerprint.tfidf import TF_FIELD
+from neardup.indexer.client import display_url, make_client
+from neardup.indexer.cluster_seed import Seeder, SeedPlan, plan_mapping_with_seeds, seed_plan
+from neardup.indexer.enrich import STORED_PATHS, cleared_cluster_keys, compute_fingerprint
+from neardup.indexer.errors import JobError, error_type_and_reason, explain
+from neardup.indexer.mapping import field_paths, put_neardup_mapping, text_fields
+from neardup.indexer.progress import Progress
+from neardup.indexer.query import TF_VERSION_PATH, SliceSpec, already_current, plan_slices, selection
+from neardup.indexer.reader import SliceReader
+from neardup.indexer.retry import Retrier
+from neardup.indexer.stats import JobStats
+from neardup.indexer.tfidf import TfidfEnricher, make_enricher, neardup_of, source_texts, tf_properties
+from neardup.indexer.writer import BulkUpdater
 
 log = logging.getLogger(__name__)
 

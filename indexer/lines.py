@@ -19,11 +19,12 @@ from __future__ import annotations
 import itertools
 import sys
 from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, BinaryIO, Callable, Iterator, Sequence
+from typing import IO, Any, BinaryIO
 
-from fingerprint import Fingerprinter
-from indexer.enrich import EnrichedLine, enrich_line
+from neardup.fingerprint import Fingerprinter
+from neardup.indexer.enrich import EnrichedLine, enrich_line
 
 #: Bad lines reported one by one on stderr before the rest are only counted.
 REPORTED_BAD_LINES = 20
@@ -53,7 +54,7 @@ def open_input(path: str | None) -> BinaryIO:
     try:
         return open(path, "rb")  # noqa: SIM115 - closed by the caller
     except OSError as exc:
-        from indexer.errors import UsageError
+        from neardup.indexer.errors import UsageError
 
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
 

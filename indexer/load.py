@@ -41,24 +41,32 @@ clusters of another index, so only the seed (or nothing) is loaded.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, BinaryIO, Iterator, Literal, Sequence
+from typing import IO, Any, BinaryIO, Literal
 
 from elasticsearch import ApiError, Elasticsearch
 
-from fingerprint import FIELD, Fingerprint, Fingerprinter, FingerprintParams
-from indexer.cluster_docs import CLUSTER_MAPPING
-from indexer.cluster_seed import (SeededWrite, SeedPlan, Seeder, plan_mapping_with_seeds, seed_plan, seeded_write,
-                                  uncertain_write)
-from indexer.dedup import Match, RunIndex, best_match, candidate_search, candidates_from_hits
-from indexer.enrich import CLUSTER_KEYS, EnrichedLine
-from indexer.errors import JobError, error_type_and_reason
-from indexer.lines import Line, LineCounts, parse, read_lines
-from indexer.mapping import DUPLICATE_OF, plan_neardup_mapping, put_neardup_mapping, wanted_properties
-from indexer.query import TF_VERSION_PATH
-from indexer.retry import TRANSIENT_STATUSES, Retrier
-from indexer.stats import Failures
-from indexer.tfidf import TfidfEnricher, neardup_of, tf_properties, vectors_of_lines
+from neardup.fingerprint import FIELD, Fingerprint, Fingerprinter, FingerprintParams
+from neardup.indexer.cluster_docs import CLUSTER_MAPPING
+from neardup.indexer.cluster_seed import (
+    SeededWrite,
+    Seeder,
+    SeedPlan,
+    plan_mapping_with_seeds,
+    seed_plan,
+    seeded_write,
+    uncertain_write,
+)
+from neardup.indexer.dedup import Match, RunIndex, best_match, candidate_search, candidates_from_hits
+from neardup.indexer.enrich import CLUSTER_KEYS, EnrichedLine
+from neardup.indexer.errors import JobError, error_type_and_reason
+from neardup.indexer.lines import Line, LineCounts, parse, read_lines
+from neardup.indexer.mapping import DUPLICATE_OF, plan_neardup_mapping, put_neardup_mapping, wanted_properties
+from neardup.indexer.query import TF_VERSION_PATH
+from neardup.indexer.retry import TRANSIENT_STATUSES, Retrier
+from neardup.indexer.stats import Failures
+from neardup.indexer.tfidf import TfidfEnricher, neardup_of, tf_properties, vectors_of_lines
 
 OnDuplicate = Literal["allow", "tag", "skip"]
 

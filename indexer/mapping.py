@@ -20,14 +20,15 @@ does not get in the way: the fields are added explicitly with the put-mapping AP
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch
 
-from fingerprint import FIELD, es_mapping
-from indexer.errors import JobError, error_type_and_reason
-from indexer.retry import Retrier
+from neardup.fingerprint import FIELD, es_mapping
+from neardup.indexer.errors import JobError, error_type_and_reason
+from neardup.indexer.retry import Retrier
 
 #: Added to the fingerprint's mapping by ``neardup load --on-duplicate tag``.
 DUPLICATE_OF = "duplicate_of"

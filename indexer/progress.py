@@ -10,9 +10,9 @@ import logging
 import time
 from typing import IO, Any
 
-from indexer.stats import JobStats
+from neardup.indexer.stats import JobStats
 
-log = logging.getLogger("indexer.progress")
+log = logging.getLogger("neardup.indexer.progress")
 
 
 class Progress:
@@ -28,7 +28,7 @@ class Progress:
         pass
 
     @staticmethod
-    def for_stream(stream: IO[str], label: str, interval: float = 10.0) -> "Progress":
+    def for_stream(stream: IO[str], label: str, interval: float = 10.0) -> Progress:
         isatty = getattr(stream, "isatty", None)
         if callable(isatty) and isatty():
             return BarProgress(stream, label)

@@ -23,8 +23,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from fingerprint import FIELD
-from fingerprint.tfidf import TF_FIELD
+from neardup.fingerprint import FIELD
+from neardup.fingerprint.tfidf import TF_FIELD
 
 #: Slicing field valid across points in time (``_id`` is refused under a PIT).
 SLICE_FIELD = "_seq_no"

@@ -12,14 +12,15 @@ rewrites documents with identical values, which Elasticsearch turns into no-ops)
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch
 
-from indexer.errors import JobError, error_type_and_reason
-from indexer.query import SliceSpec
-from indexer.retry import Retrier
+from neardup.indexer.errors import JobError, error_type_and_reason
+from neardup.indexer.query import SliceSpec
+from neardup.indexer.retry import Retrier
 
 log = logging.getLogger(__name__)
 

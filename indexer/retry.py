@@ -15,13 +15,14 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import elastic_transport
 from elasticsearch import ApiError
 
-from indexer.errors import Unreachable, error_type_and_reason, unreachable_message
+from neardup.indexer.errors import Unreachable, error_type_and_reason, unreachable_message
 
 log = logging.getLogger(__name__)
 

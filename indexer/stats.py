@@ -29,7 +29,7 @@ class Failures:
         if len(ids) < EXAMPLE_IDS:
             ids.append(doc_id)
 
-    def merge(self, other: "Failures") -> None:
+    def merge(self, other: Failures) -> None:
         for reason, count in other.counts.items():
             self.counts[reason] = self.counts.get(reason, 0) + count
             ids = self.examples.setdefault(reason, [])
@@ -74,7 +74,7 @@ class JobStats:
         return (self.updated + self.unchanged + self.skipped_no_field + self.skipped_non_string
                 + self.skipped_empty + self.deleted_meanwhile + self.failed)
 
-    def merge(self, other: "JobStats") -> None:
+    def merge(self, other: JobStats) -> None:
         for name in self.counter_names():
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.failures.merge(other.failures)

@@ -42,17 +42,18 @@ from __future__ import annotations
 import base64
 import logging
 import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from elasticsearch import ApiError, Elasticsearch
 
-from fingerprint import FIELD
-from fingerprint.tfidf import TF_FIELD, CorpusStats, TermCounts, TfidfWeigher, tf_mapping
-from indexer.errors import JobError, error_type_and_reason
-from indexer.retry import TRANSIENT_STATUSES, Retrier
-from indexer.texts import document_texts
+from neardup.fingerprint import FIELD
+from neardup.fingerprint.texts import document_texts
+from neardup.fingerprint.tfidf import TF_FIELD, CorpusStats, TermCounts, TfidfWeigher, tf_mapping
+from neardup.indexer.errors import JobError, error_type_and_reason
+from neardup.indexer.retry import TRANSIENT_STATUSES, Retrier
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +279,7 @@ class StatsStore:
             filter_path=["items.*.status", "items.*.error.type", "items.*.error.reason"]))
         again: list[str] = []
         transient = False
-        for doc_id, (action, source), answer in zip(sending, zip(operations[::2], operations[1::2]),
+        for doc_id, (_action, source), answer in zip(sending, zip(operations[::2], operations[1::2]),
                                                     response.body["items"]):
             result = next(iter(answer.values()))
             status = int(result.get("status", 0))

@@ -35,18 +35,19 @@ covered by the check after the acknowledgement like the seeds written
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from elasticsearch import Elasticsearch
 
-from fingerprint import FIELD
-from indexer.cluster_seed import SeededWrite, Seeder, seeded_write, uncertain_write
-from indexer.docversion import DocVersion
-from indexer.errors import error_type_and_reason
-from indexer.retry import TRANSIENT_STATUSES, Retrier
-from indexer.stats import JobStats
-from indexer.texts import Outcome
+from neardup.fingerprint import FIELD
+from neardup.fingerprint.texts import Outcome
+from neardup.indexer.cluster_seed import SeededWrite, Seeder, seeded_write, uncertain_write
+from neardup.indexer.docversion import DocVersion
+from neardup.indexer.errors import error_type_and_reason
+from neardup.indexer.retry import TRANSIENT_STATUSES, Retrier
+from neardup.indexer.stats import JobStats
 
 #: ``(outcome, neardup value or None)`` for a document's ``_source``.
 FingerprintSource = Callable[[Mapping[str, Any]], tuple[Outcome, dict[str, Any] | None]]

@@ -11,7 +11,7 @@ import argparse
 import importlib
 import logging
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from neardup import __version__
 from neardup.config import ConfigError, load_config
@@ -19,10 +19,10 @@ from neardup.config import ConfigError, load_config
 #: Modules that add subcommands, in the order they appear in ``neardup --help``.
 COMMAND_MODULES = (
     "neardup.compare",
-    "indexer.cli",
-    "indexer.cluster_cli",
-    "indexer.copies",
-    "proxy.cli",
+    "neardup.indexer.cli",
+    "neardup.indexer.cluster_cli",
+    "neardup.indexer.copies",
+    "neardup.proxy.cli",
 )
 
 

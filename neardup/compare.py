@@ -24,8 +24,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fingerprint import (Fingerprinter, FingerprintParams, estimated_containment, estimated_resemblance,
-                         exact_containment, exact_resemblance)
+from neardup.fingerprint import (
+    Fingerprinter,
+    FingerprintParams,
+    estimated_containment,
+    estimated_resemblance,
+    exact_containment,
+    exact_resemblance,
+)
 
 #: ``--raw`` tokens: runs of letters and digits of the case-folded text, nothing else done.
 _RAW_TOKEN = re.compile(r"[^\W_]+")
@@ -101,7 +107,7 @@ def cosine_matrices(texts: list[str], params: FingerprintParams, synonyms_text: 
                     top_k: int | None = None) -> dict[str, list[list[float]]]:
     """``cosine`` (full TF-IDF vectors) and ``stored_cosine`` (top-k, 16-bit weights) N×N matrices,
     under the statistics of these texts. ValueError for a bad synonym list or top-k."""
-    from fingerprint.tfidf import CorpusStats, TfidfParams, TfidfWeigher, cosine, weigh
+    from neardup.fingerprint.tfidf import CorpusStats, TfidfParams, TfidfWeigher, cosine, weigh
 
     fp = Fingerprinter(params)
     tfidf = TfidfParams() if top_k is None else TfidfParams(top_k=top_k)
@@ -164,7 +170,7 @@ def run(args: argparse.Namespace, config: Any) -> int:
 
 
 def _run_tfidf(args: argparse.Namespace, params: FingerprintParams, texts: list[str]) -> int:
-    from fingerprint.tfidf import SynonymFormatError
+    from neardup.fingerprint.tfidf import SynonymFormatError
 
     try:
         synonyms = read_text(args.synonyms) if args.synonyms else None

@@ -19,8 +19,9 @@ import dataclasses
 import json
 import os
 import tomllib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping, Sequence, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
 
 from pydantic import (
     AfterValidator,
@@ -33,8 +34,9 @@ from pydantic import (
     model_validator,
 )
 
-from fingerprint.bloom import BloomParams
-from fingerprint.params import FingerprintParams
+from neardup.access_rules import parse_rule
+from neardup.fingerprint.bloom import BloomParams
+from neardup.fingerprint.params import FingerprintParams
 
 ENV_PREFIX = "NEARDUP_"
 ENV_CONFIG_FILE = "NEARDUP_CONFIG"
@@ -100,7 +102,7 @@ class ProxyConfig(_Section):
     split_fetch_min_hits: Annotated[int, Field(ge=0, le=1_000_000)] = 40
     #: Serve the search playground page at ``/_neardup/`` (404 when off).
     playground: bool = False
-    #: Refuse (403) every request that could write: see :mod:`proxy.access`.
+    #: Refuse (403) every request that could write: see :mod:`neardup.proxy.access`.
     read_only: bool = False
     #: If not empty, only requests matching one of these rules go upstream (403 otherwise):
     #: ``"[METHOD[,METHOD...]] /path/pattern"``, e.g. ``"GET,POST /logs-*/_search"``.
@@ -112,8 +114,6 @@ class ProxyConfig(_Section):
     @field_validator("allowed_paths")
     @classmethod
     def _rules_parse(cls, value: list[str]) -> list[str]:
-        from proxy.access import parse_rule
-
         for rule in value:
             parse_rule(rule)  # RuleError is a ValueError: reported with the key
         return value
@@ -179,7 +179,7 @@ class CopiesConfig(_Section):
     target_fp: float = 0.01
 
     @model_validator(mode="after")
-    def _bloom_params_valid(self) -> "CopiesConfig":
+    def _bloom_params_valid(self) -> CopiesConfig:
         self.bloom_params()  # its ValueError names the key
         return self
 

@@ -18,8 +18,9 @@ import os
 import re
 import tarfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 #: Where the shared data lives, relative to the project root; overridable by NEARDUP_DATA_DIR.
 DEFAULT_DATA_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "data"

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fingerprint import Fingerprinter
-from fingerprint.tfidf import TfidfParams, TfidfWeigher
 from neardup.config import Config, ConfigError
+from neardup.fingerprint import Fingerprinter
+from neardup.fingerprint.tfidf import TfidfParams, TfidfWeigher
 
 
 def tfidf_params_of(config: Config) -> TfidfParams:
@@ -24,7 +24,7 @@ def weigher_from_config(config: Config, fingerprinter: Fingerprinter | None = No
 
     :class:`ConfigError` naming ``tfidf.synonyms`` when the synonym list cannot be read or parsed.
     """
-    from fingerprint.tfidf import SynonymFormatError
+    from neardup.fingerprint.tfidf import SynonymFormatError
 
     fingerprinter = fingerprinter or Fingerprinter(config.fingerprint)
     params = tfidf_params_of(config)

@@ -17,26 +17,27 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 
 from neardup import __version__
 from neardup.config import Config
+from neardup.proxy import access, errors, jsonio, playground, searching, source_check
+from neardup.proxy import http as httpx
+from neardup.proxy.collapse import Algorithms
+from neardup.proxy.errors import error_response
+from neardup.proxy.fingerprints import default_algorithms
+from neardup.proxy.metrics import Metrics
+from neardup.proxy.params import parse_controls, resolve, split_query, wants_pretty
+from neardup.proxy.pushdown_search import FactsCache
+from neardup.proxy.routes import classify, index_of
+from neardup.proxy.searching import OUTCOME, ROUTE
+from neardup.proxy.upstream import Upstream
 from neardup.tfidf import tfidf_version_of
-from proxy import access, errors, jsonio, playground, searching, source_check
-from proxy import http as httpx
-from proxy.collapse import Algorithms
-from proxy.errors import error_response
-from proxy.fingerprints import default_algorithms
-from proxy.metrics import Metrics
-from proxy.params import parse_controls, resolve, split_query, wants_pretty
-from proxy.pushdown_search import FactsCache
-from proxy.routes import classify, index_of
-from proxy.searching import OUTCOME, ROUTE
-from proxy.upstream import Upstream
 
 log = logging.getLogger("neardup.proxy")
 access_log = logging.getLogger("neardup.proxy.access")
@@ -277,7 +278,7 @@ async def stream_back(request: web.Request, upstream: aiohttp.ClientResponse,
             async for chunk in upstream.content.iter_any():
                 await response.write(chunk)
         await response.write_eof()
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, aiohttp.ClientError) as exc:
         if not response.prepared:
             if isinstance(exc, asyncio.TimeoutError):  # aiohttp's read timeouts are TimeoutErrors
                 raise errors.upstream_timeout(request.app[STATE].config.upstream.request_timeout) from None

@@ -42,8 +42,7 @@ def with_overrides(config: Config, args: argparse.Namespace) -> Config:
 def run(args: argparse.Namespace, config: Config) -> int:
     import sys
 
-    from proxy.server import ListenError, serve
-
+    from neardup.proxy.server import ListenError, serve
     from neardup.tfidf import tfidf_version_of
 
     try:

@@ -20,14 +20,15 @@ Anything of unexpected shape raises :class:`CollapseError`; the caller then fail
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Literal, Sequence
+from typing import Any, Literal
 
 import numpy as np
 from msgspec import Raw
 
-from proxy import tfidf
-from proxy.rawjson import source_fingerprint
+from neardup.proxy import tfidf
+from neardup.proxy.rawjson import source_fingerprint
 
 GROUP_FIELD = "neardup.group"
 INNER_HITS_NAME = "neardup"

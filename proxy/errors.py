@@ -15,10 +15,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import (BadHttpMethod, BadStatusLine, ContentLengthError, HttpProcessingError,
-                                     InvalidHeader, InvalidURLError, LineTooLong, TransferEncodingError)
+from aiohttp.http_exceptions import (
+    BadHttpMethod,
+    BadStatusLine,
+    ContentLengthError,
+    HttpProcessingError,
+    InvalidHeader,
+    InvalidURLError,
+    LineTooLong,
+    TransferEncodingError,
+)
 
-from proxy import jsonio
+from neardup.proxy import jsonio
 
 JSON_CONTENT_TYPE = "application/json; charset=UTF-8"
 

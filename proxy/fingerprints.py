@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from functools import partial
 
-from fingerprint import FingerprintParams, group_labels, read_signatures, scheme_version, similar_pairs
-from proxy.collapse import Algorithms
+from neardup.fingerprint import FingerprintParams, group_labels, read_signatures, scheme_version, similar_pairs
+from neardup.proxy.collapse import Algorithms
+
 
 def default_algorithms(params: FingerprintParams, tfidf_version: str = "") -> Algorithms:
     """``tfidf_version``: the TF-IDF version (``neardup.tfidf.tfidf_version_of``) whose vectors

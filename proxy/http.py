@@ -11,12 +11,12 @@ from __future__ import annotations
 import gzip
 import re
 import zlib
-from typing import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from aiohttp import web
 
-from proxy import errors
-from proxy.params import is_control_header
+from neardup.proxy import errors
+from neardup.proxy.params import is_control_header
 
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
                         "proxy-connection", "te", "trailer", "trailers", "transfer-encoding",

@@ -371,7 +371,7 @@ class Node:
             _, connection = await asyncio.wait_for(loop.create_connection(
                 lambda: _Connection(loop, self._read_timeout), self.host, self.port,
                 ssl=self._ssl, server_hostname=self.host if self._ssl else None), self._connect_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise ConnectFailed(no_connection_within(self._connect_timeout)) from None
         except OSError as exc:   # ssl.SSLError (a failed handshake or verification) is one too
             raise ConnectFailed(getattr(exc, "strerror", None) or str(exc) or type(exc).__name__) from None

@@ -23,7 +23,6 @@ import msgspec
 import numpy as np
 import orjson
 
-
 #: Maps every digit to "0" and every other byte to " ": a run of 19 digits becomes ``_LONG_RUN``.
 _DIGIT_MAP = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
 _LONG_RUN = b"0" * 19

@@ -12,8 +12,9 @@ import os
 import time
 from bisect import bisect_left
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 #: Latency histogram bucket upper bounds, seconds.
 BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -76,7 +77,7 @@ class Metrics:
         tmp.write_text(json.dumps(self.snapshot()))
         os.replace(tmp, path)
 
-    def combined(self) -> "Metrics":
+    def combined(self) -> Metrics:
         """This worker's metrics plus the latest snapshots of the other workers."""
         if not self.snapshot_dir:
             return self

@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, Mapping
+from typing import Literal
 from urllib.parse import unquote_plus
 
 from neardup.config import CollapseConfig, collapse_settings_for
-from proxy.errors import illegal_argument
+from neardup.proxy.errors import illegal_argument
 
 Mode = Literal["resemblance", "containment", "tfidf"]
 MODES: tuple[Mode, ...] = ("resemblance", "containment", "tfidf")

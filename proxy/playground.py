@@ -31,16 +31,17 @@ a document's text as code; the page itself only ever writes document text with `
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
 from neardup.config import Config, collapse_settings_for, matching_override
-from proxy import errors, jsonio
-from proxy import http as httpx
-from proxy.params import MODES
-from proxy.searching import ROUTE
+from neardup.proxy import errors, jsonio
+from neardup.proxy import http as httpx
+from neardup.proxy.params import MODES
+from neardup.proxy.searching import ROUTE
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

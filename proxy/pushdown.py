@@ -30,11 +30,11 @@ cardinality, exact below 40,000 groups and approximate above). The added aggrega
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from proxy.collapse import (GROUP_FIELD, INNER_HITS_NAME, SUMMARY_KEY, CollapseError, strip_fields,
-                            suggestion_options)
-from proxy.glob import glob_match
+from neardup.proxy.collapse import GROUP_FIELD, INNER_HITS_NAME, SUMMARY_KEY, CollapseError, strip_fields, suggestion_options
+from neardup.proxy.glob import glob_match
 
 CLUSTER_FIELD = "neardup.cluster"
 META_KEY = "neardup_clusters"

@@ -28,20 +28,21 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from aiohttp import web
 
-from fingerprint import scheme_version
-from proxy import collapse, jsonio, pushdown, similarity
-from proxy import http as httpx
-from proxy.search import Plan, apply_filter, round_request, strip_added_beyond_hits
+from neardup.fingerprint import scheme_version
+from neardup.proxy import collapse, jsonio, pushdown, similarity
+from neardup.proxy import http as httpx
+from neardup.proxy.search import Plan, apply_filter, round_request, strip_added_beyond_hits
 
 if TYPE_CHECKING:
-    from proxy.app import ProxyState
-    from proxy.searching import Incoming, Item
+    from neardup.proxy.app import ProxyState
+    from neardup.proxy.searching import Incoming, Item
 
 log = logging.getLogger("neardup.proxy")
 
@@ -98,7 +99,7 @@ def _check_headers(request: web.Request) -> list[tuple[str, str]]:
     return headers + [("Content-Type", "application/json"), ("Accept", "application/json")]
 
 
-async def _call(state: "ProxyState", method: str, path_qs: str, headers: list[tuple[str, str]],
+async def _call(state: ProxyState, method: str, path_qs: str, headers: list[tuple[str, str]],
                 body: bytes | None) -> Any:
     """The parsed JSON answer of one upstream call, or None when it is not a 200."""
     reply = await state.upstream.exchange(method, path_qs, headers, body)
@@ -107,7 +108,7 @@ async def _call(state: "ProxyState", method: str, path_qs: str, headers: list[tu
     return jsonio.loads(httpx.gunzip_response(reply.body, reply.headers.get("Content-Encoding")))
 
 
-async def _check(state: "ProxyState", request: web.Request, index: str) -> Facts | None:
+async def _check(state: ProxyState, request: web.Request, index: str) -> Facts | None:
     target = quote(index or "_all", safe=",*")
     headers = _check_headers(request)
     try:
@@ -125,7 +126,7 @@ async def _check(state: "ProxyState", request: web.Request, index: str) -> Facts
         return None
 
 
-async def allowed(state: "ProxyState", request: web.Request, index: str, plan: Plan,
+async def allowed(state: ProxyState, request: web.Request, index: str, plan: Plan,
                   params: Sequence[tuple[str, str, str]]) -> bool:
     """Whether this planned search of ``index`` is pushed down (cached facts, see the module)."""
     if pushdown.refusal(plan.body, params, index) is not None:
@@ -138,7 +139,7 @@ async def allowed(state: "ProxyState", request: web.Request, index: str, plan: P
     return facts.allow(settings.threshold, settings.mode, scheme_version(state.config.fingerprint))
 
 
-def forget(state: "ProxyState", request: web.Request, index: str) -> None:
+def forget(state: ProxyState, request: web.Request, index: str) -> None:
     state.pushdown_facts.forget((index, _identity(request)))
 
 
@@ -149,7 +150,7 @@ def upstream_request(plan: Plan, max_window: int) -> tuple[str, dict[str, Any], 
     return qs, pushdown.pushdown_body(body, plan.start, plan.size, inner_size, plan.params), inner_size
 
 
-def rewrite(state: "ProxyState", plan: Plan, answer: Any, inner_size: int) -> dict[str, Any]:
+def rewrite(state: ProxyState, plan: Plan, answer: Any, inner_size: int) -> dict[str, Any]:
     """The client's response from Elasticsearch's collapsed answer (raises ``CollapseError``)."""
     response = pushdown.pushdown_response(answer, plan.body, plan.settings.threshold, plan.settings.mode,
                                           plan.total_as_int, inner_size)
@@ -166,10 +167,10 @@ def rewrite(state: "ProxyState", plan: Plan, answer: Any, inner_size: int) -> di
 
 
 # -- _search ----------------------------------------------------------------------------------
-async def search(state: "ProxyState", incoming: "Incoming", plan: Plan) -> web.StreamResponse | None:
+async def search(state: ProxyState, incoming: Incoming, plan: Plan) -> web.StreamResponse | None:
     """Answer a planned search with native collapse, or None: use window collapsing."""
-    from proxy import searching
-    from proxy.routes import index_of
+    from neardup.proxy import searching
+    from neardup.proxy.routes import index_of
 
     request = incoming.request
     index = index_of(incoming.raw_path)
@@ -195,10 +196,10 @@ async def search(state: "ProxyState", incoming: "Incoming", plan: Plan) -> web.S
 
 
 # -- _msearch ---------------------------------------------------------------------------------
-async def mark(state: "ProxyState", incoming: "Incoming", items: Sequence["Item"]) -> None:
+async def mark(state: ProxyState, incoming: Incoming, items: Sequence[Item]) -> None:
     """Set ``item.pushdown`` on the planned items of an msearch that can be pushed down (the
     item's index and header keys as :func:`proxy.searching._parse_msearch` read them)."""
-    async def decide(item: "Item") -> None:
+    async def decide(item: Item) -> None:
         assert item.plan is not None
         header_params = [(name, "", "") for name in item.header_names]
         item.pushdown = await allowed(state, incoming.request, item.index, item.plan,
@@ -207,13 +208,13 @@ async def mark(state: "ProxyState", incoming: "Incoming", items: Sequence["Item"
     await asyncio.gather(*(decide(item) for item in items if item.plan is not None))
 
 
-def item_body(state: "ProxyState", item: "Item") -> bytes:
+def item_body(state: ProxyState, item: Item) -> bytes:
     assert item.plan is not None
     _, body, _ = upstream_request(item.plan, state.config.collapse.max_window)
     return jsonio.dumps(body)
 
 
-def take_answer(state: "ProxyState", incoming: "Incoming", item: "Item", answer: Any) -> None:
+def take_answer(state: ProxyState, incoming: Incoming, item: Item, answer: Any) -> None:
     """Set the item's result from its pushed-down answer; when the answer is not usable, the
     item goes back to the window path (its first window round is still pending)."""
     assert item.plan is not None

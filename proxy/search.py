@@ -28,12 +28,13 @@ With ``neardup_source`` the configured text fields (``indexer.fields``) come the
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
-from proxy import collapse, filter_path, tfidf
-from proxy.glob import glob_match
-from proxy.params import Settings, has_invalid_escape
+from neardup.proxy import collapse, filter_path, tfidf
+from neardup.proxy.glob import glob_match
+from neardup.proxy.params import Settings, has_invalid_escape
 
 #: Query-string parameters the proxy takes over on a collapsed search.
 _TAKEN_PARAMS = frozenset({"from", "size", "filter_path", "source", "source_content_type"})

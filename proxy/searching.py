@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from proxy import collapse, errors, filter_path, jsonio, pushdown_search, rawjson, similarity, source_check
-from proxy import http as httpx
-from proxy.params import Controls, Settings, has_invalid_escape, resolve, split_query, wants_pretty
-from proxy.routes import index_of
-from proxy.search import Plan, Skip, Window, apply_filter, finish, plan_search, probe_request, round_request
+from neardup.proxy import collapse, errors, filter_path, jsonio, pushdown_search, rawjson, similarity, source_check
+from neardup.proxy import http as httpx
+from neardup.proxy.params import Controls, Settings, has_invalid_escape, resolve, split_query, wants_pretty
+from neardup.proxy.routes import index_of
+from neardup.proxy.search import Plan, Skip, Window, apply_filter, finish, plan_search, probe_request, round_request
 
 if TYPE_CHECKING:
-    from proxy.app import ProxyState
+    from neardup.proxy.app import ProxyState
 
 log = logging.getLogger("neardup.proxy")
 
@@ -100,7 +100,7 @@ def _upstream_headers(request: web.Request, content_type: str) -> list[tuple[str
     return headers
 
 
-async def _fetch(state: "ProxyState", incoming: Incoming, path_qs: str,
+async def _fetch(state: ProxyState, incoming: Incoming, path_qs: str,
                  headers: list[tuple[str, str]], body: bytes) -> tuple[int, Any, bytes]:
     """(status, upstream headers, decoded body) of one upstream round."""
     reply = await state.upstream.exchange(incoming.request.method, path_qs, headers, body)
@@ -126,8 +126,8 @@ def _upstream_response(incoming: Incoming, status: int, upstream_headers: Any, b
     return httpx.encoded_for(incoming.request, response)
 
 
-async def _pass(state: "ProxyState", incoming: Incoming, reason: str | None) -> web.StreamResponse:
-    from proxy.app import forward
+async def _pass(state: ProxyState, incoming: Incoming, reason: str | None) -> web.StreamResponse:
+    from neardup.proxy.app import forward
 
     incoming.request[OUTCOME] = f"passed:{reason}" if reason else "passed"
     extra = [("X-Neardup-Skipped", reason)] if reason else []
@@ -135,7 +135,7 @@ async def _pass(state: "ProxyState", incoming: Incoming, reason: str | None) -> 
                          body=incoming.raw_body, extra_headers=extra)
 
 
-async def _fail_open(state: "ProxyState", incoming: Incoming, exc: BaseException) -> web.StreamResponse:
+async def _fail_open(state: ProxyState, incoming: Incoming, exc: BaseException) -> web.StreamResponse:
     log.warning("collapse failed, answering uncollapsed: %s: %s", type(exc).__name__, exc,
                 extra={"fields": {"event": "fail_open", "path": incoming.raw_path,
                                   "error.type": type(exc).__name__, "error.message": str(exc)}})
@@ -145,13 +145,13 @@ async def _fail_open(state: "ProxyState", incoming: Incoming, exc: BaseException
     return response
 
 
-def _record(state: "ProxyState", incoming: Incoming, collapsed: int) -> None:
+def _record(state: ProxyState, incoming: Incoming, collapsed: int) -> None:
     incoming.request[OUTCOME] = "collapsed"
     state.metrics.inc("neardup_proxy_hits_collapsed_total", collapsed)
 
 
 # -- _search --------------------------------------------------------------------------------
-async def search(state: "ProxyState", request: web.Request, raw_path: str, query: str,
+async def search(state: ProxyState, request: web.Request, raw_path: str, query: str,
                  settings: Settings) -> web.StreamResponse:
     incoming = await receive(request, raw_path, query, state.config.proxy.max_body_bytes)
     content_type = request.headers.get("Content-Type")
@@ -198,7 +198,7 @@ def _parse_search_body(body: bytes, params: list[tuple[str, str, str]]) -> dict[
     return value
 
 
-async def _collapse_one(state: "ProxyState", incoming: Incoming, plan: Plan) -> web.StreamResponse:
+async def _collapse_one(state: ProxyState, incoming: Incoming, plan: Plan) -> web.StreamResponse:
     request = incoming.request
     content_type = request.headers.get("Content-Type")
     headers = _upstream_headers(request, content_type if httpx.is_json(content_type)
@@ -243,7 +243,7 @@ async def _collapse_one(state: "ProxyState", incoming: Incoming, plan: Plan) -> 
     return _respond(incoming, 200, first_headers, apply_filter(plan.filter, response), plan.pretty)
 
 
-def _halves(state: "ProxyState", offset: int, count: int) -> list[tuple[int, int]]:
+def _halves(state: ProxyState, offset: int, count: int) -> list[tuple[int, int]]:
     """The round ``[offset, offset + count)`` as one request, or as two concurrent halves when it
     is a first window of at least ``proxy.split_fetch_min_hits`` hits and this worker has no other
     request in flight: Elasticsearch then fetches the halves' documents on two threads, which
@@ -266,7 +266,7 @@ async def _together(fetches: list[Any]) -> list[tuple[int, Any, bytes]]:
     return results  # type: ignore[return-value]
 
 
-async def _refused(state: "ProxyState", incoming: Incoming, status: int, upstream_headers: Any,
+async def _refused(state: ProxyState, incoming: Incoming, status: int, upstream_headers: Any,
                    raw: bytes) -> web.StreamResponse:
     """The answer when the first request of a collapsed search (or a later ``_msearch`` batch
     refused for a client's own search in it) is not answered 200: to a client error (4xx but
@@ -305,7 +305,7 @@ class Item:
     header_names: tuple[str, ...] = ()       # the header's keys (push-down checks them as parameters)
 
 
-async def msearch(state: "ProxyState", request: web.Request, raw_path: str, query: str,
+async def msearch(state: ProxyState, request: web.Request, raw_path: str, query: str,
                   controls: Controls) -> web.StreamResponse:
     incoming = await receive(request, raw_path, query, state.config.proxy.max_body_bytes)
     content_type = request.headers.get("Content-Type")
@@ -338,7 +338,7 @@ async def msearch(state: "ProxyState", request: web.Request, raw_path: str, quer
 
 
 def _parse_msearch(body: bytes, params: list[tuple[str, str, str]], controls: Controls,
-                   state: "ProxyState", path_index: str) -> list[Item]:
+                   state: ProxyState, path_index: str) -> list[Item]:
     if not body.endswith(b"\n"):
         raise ValueError("not terminated by a newline")  # Elasticsearch refuses it
     lines = body.split(b"\n")
@@ -371,7 +371,7 @@ def _parse_msearch(body: bytes, params: list[tuple[str, str, str]], controls: Co
     return items
 
 
-async def _collapse_many(state: "ProxyState", incoming: Incoming, items: list[Item],
+async def _collapse_many(state: ProxyState, incoming: Incoming, items: list[Item],
                          params: list[tuple[str, str, str]],
                          client_filter: filter_path.FilterPath | None) -> web.StreamResponse:
     request = incoming.request
@@ -442,7 +442,7 @@ def _carries_own_search(item: Item) -> bool:
     return item.original or item.pushdown or (not item.probe and item.pending is not None and item.pending[0] == 0)
 
 
-def _advance_item(state: "ProxyState", item: Item, answer: Any) -> None:
+def _advance_item(state: ProxyState, item: Item, answer: Any) -> None:
     """Take one search's answer of a round: final, or schedule its next round or its fallback."""
     if item.original:
         item.result = answer

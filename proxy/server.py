@@ -18,18 +18,18 @@ import socket
 import sys
 import tempfile
 import time
-from typing import Any, Coroutine
+from collections.abc import Coroutine
+from typing import Any
 
-from aiohttp import web
+from aiohttp import web, web_protocol
 from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp import web_protocol
 from aiohttp.web_protocol import RequestHandler
 
 from neardup.config import Config, split_host_port
+from neardup.proxy import errors
+from neardup.proxy.app import create_app, create_ops_app
+from neardup.proxy.errors import error_response
 from neardup.upstream import UpstreamError, check_upstream, without_credentials
-from proxy import errors
-from proxy.app import create_app, create_ops_app
-from proxy.errors import error_response
 
 log = logging.getLogger("neardup.proxy")
 

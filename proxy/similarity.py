@@ -18,17 +18,18 @@ that means something else.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fingerprint.similarity import containment_from_resemblance
-from fingerprint.tfidf import cosine
-from proxy import tfidf
-from proxy.collapse import Channel, Reader, set_field, stored_fingerprint, window_signatures
+from neardup.fingerprint.similarity import containment_from_resemblance
+from neardup.fingerprint.tfidf import cosine
+from neardup.proxy import tfidf
+from neardup.proxy.collapse import Channel, Reader, set_field, stored_fingerprint, window_signatures
 
 if TYPE_CHECKING:
-    from proxy.search import Window
+    from neardup.proxy.search import Window
 
 SIMILARITY_FIELD = "neardup.similarity"
 
@@ -114,7 +115,7 @@ def _annotate_cosines(hits: Sequence[dict[str, Any]], folded: Sequence[Sequence[
                 set_field(hits[member], SIMILARITY_FIELD, [round(cosine(kept_vector, vector), 4)])
 
 
-def annotate_page(window: "Window", groups: Sequence[Sequence[int]], read: Reader) -> None:
+def annotate_page(window: Window, groups: Sequence[Sequence[int]], read: Reader) -> None:
     """:func:`annotate` the groups of the page a :class:`proxy.search.Window` will show."""
     plan = window.plan
     annotate(window.hits, groups[plan.start:plan.start + plan.size], plan.channel,

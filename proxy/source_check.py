@@ -2,7 +2,8 @@
 
 The *source* S is a document of the searched index, read with ``GET <index>/_doc/<_id>`` (its
 ``indexer.fields`` only) before the search is sent: a missing index or document is a 404, a
-search of no single index or a source without text a 400, each naming the parameter. A hit C of the page *contains* the source when the share of S's
+search of no single index or a source without text a 400, each naming the parameter.
+A hit C of the page *contains* the source when the share of S's
 shingles found in C reaches σ (``copies.min_share``), and at least F (``copies.min_shared``)
 of them::
 
@@ -31,30 +32,31 @@ switched off around it): the proxy never loads numba.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import numpy as np
 from aiohttp import web
 
-from fingerprint import Fingerprinter, FingerprintParams, jit
-from fingerprint.bloom import BloomParams
-from fingerprint.copies import build_filter, verify
-from indexer.texts import document_texts
-from proxy import collapse, errors, jsonio, rawjson, search
-from proxy import http as httpx
-from proxy.params import PARAM_SOURCE, Controls, Settings, SourceDocument
-from proxy.routes import index_of
+from neardup.fingerprint import Fingerprinter, FingerprintParams, jit
+from neardup.fingerprint.bloom import BloomParams
+from neardup.fingerprint.copies import build_filter, verify
+from neardup.fingerprint.texts import document_texts
+from neardup.proxy import collapse, errors, jsonio, rawjson, search
+from neardup.proxy import http as httpx
+from neardup.proxy.params import PARAM_SOURCE, Controls, Settings, SourceDocument
+from neardup.proxy.routes import index_of
 
 if TYPE_CHECKING:
-    from proxy.app import ProxyState
+    from neardup.proxy.app import ProxyState
 
 CONTAINS_FIELD = "neardup.contains_source"
 SUMMARY_SOURCE_KEY = "source"
 
 
-async def settings_for(state: "ProxyState", request: web.Request, raw_path: str, settings: Settings,
+async def settings_for(state: ProxyState, request: web.Request, raw_path: str, settings: Settings,
                        controls: Controls) -> Settings:
     """``settings`` with the requested source document read, before the search is sent: a bad
     source is an error whatever the search. 400 when neardup is off for the search (only the
@@ -143,11 +145,11 @@ def page_positions(groups: list[list[int]], start: int, size: int) -> list[int]:
 
 
 # -- shell ----------------------------------------------------------------------------------
-async def fetch_source(state: "ProxyState", request: web.Request, raw_path: str, doc_id: str,
+async def fetch_source(state: ProxyState, request: web.Request, raw_path: str, doc_id: str,
                        fields: tuple[str, ...]) -> tuple[str, str]:
     """(concrete index, joined text) of the source document; ES-style 400/404 naming the
     parameter when there is no single index, no such index or document, or no text."""
-    from proxy.searching import _upstream_headers
+    from neardup.proxy.searching import _upstream_headers
 
     index = index_of(raw_path)
     if not index or any(c in index for c in ",*"):
@@ -187,7 +189,7 @@ async def fetch_source(state: "ProxyState", request: web.Request, raw_path: str,
     return str(answer.get("_index", index)), "\n".join(texts.texts)
 
 
-def finish(state: "ProxyState", window: search.Window, groups: list[list[int]],
+def finish(state: ProxyState, window: search.Window, groups: list[list[int]],
            fingerprinted: int) -> dict[str, Any]:
     """:func:`proxy.search.finish`, with the page's hits checked against ``neardup_source`` when
     the request names one (marks, then the added text fields are stripped with the others)."""

@@ -14,14 +14,15 @@ and ``neardup.tf.w``.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from msgspec import Raw
 
-from fingerprint import FIELD
-from fingerprint.tfidf import TF_FIELD, TfidfFormatError, TfidfVector, cosine_pairs
-from proxy.rawjson import source_vector
+from neardup.fingerprint import FIELD
+from neardup.fingerprint.tfidf import TF_FIELD, TfidfFormatError, TfidfVector, cosine_pairs
+from neardup.proxy.rawjson import source_vector
 
 MODE = "tfidf"
 TF_KEYS = ("v", "t", "w")

@@ -11,7 +11,7 @@
   for a while (0.5 s, doubling up to 30 s, reset by its next success), so one dead node costs
   the requests little; when every node failed, all are tried in turn.
 * A connection that breaks before the response (reset, closed) fails the request with 502,
-  unless the request only reads (:func:`proxy.access.is_read`) and its body is in memory: it
+  unless the request only reads (:func:`neardup.access_rules.is_read`) and its body is in memory: it
   is then sent once more, to the next node (the same one when there is one node).
 * The path and query go upstream exactly as received (no percent-decoding, no ``..``
   normalisation), and only to the configured nodes: the request target must be a path.
@@ -30,14 +30,16 @@ import asyncio
 import itertools
 import ssl
 import time
-from typing import Any, AsyncIterable, Awaitable, Callable, Mapping, TypeVar
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 import aiohttp
 from yarl import URL
 
+from neardup import access_rules
 from neardup.config import UpstreamConfig
+from neardup.proxy import errors, http1, jsonio
 from neardup.upstream import without_credentials
-from proxy import access, errors, http1, jsonio
 
 #: Headers aiohttp would add on its own; the proxy sends only what the client sent.
 _AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
@@ -118,7 +120,7 @@ class Upstream:
                 raise _Unreachable(exc.os_error.strerror or str(exc) if exc.os_error else str(exc)) from None
             except aiohttp.ConnectionTimeoutError:
                 raise _Unreachable(http1.no_connection_within(self.config.connect_timeout)) from None
-            except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+            except (TimeoutError, aiohttp.ServerTimeoutError):
                 raise errors.upstream_timeout(self.config.request_timeout) from None
             except aiohttp.ClientError as exc:
                 raise _Broken(f"{type(exc).__name__}: {exc}") from None
@@ -161,7 +163,7 @@ class Upstream:
             except _Unreachable as exc:
                 last_error = f"{url}: {exc}"
             except _Broken as exc:
-                if resent or not replayable or not access.is_read(method, path_qs.partition("?")[0]):
+                if resent or not replayable or not access_rules.is_read(method, path_qs.partition("?")[0]):
                     raise errors.upstream_broken(str(exc)) from None
                 resent = True
                 if tried == len(order):

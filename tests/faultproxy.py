@@ -31,8 +31,9 @@ import contextlib
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Literal
+from typing import Literal
 
 Kind = Literal["pass", "delay", "stall", "cut", "reset", "respond"]
 
@@ -124,7 +125,7 @@ class FaultProxy:
         return f"http://127.0.0.1:{self.port}"
 
     # -- life cycle -------------------------------------------------------------------------
-    def __enter__(self) -> "FaultProxy":
+    def __enter__(self) -> FaultProxy:
         self._thread.start()
         if not self._ready.wait(10):
             raise RuntimeError("fault proxy did not start")

@@ -22,8 +22,9 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -93,7 +94,7 @@ def raw_exchange(url: str, data: bytes, timeout: float = 30.0) -> bytes:
         try:
             while chunk := sock.recv(65536):
                 chunks.append(chunk)
-        except (socket.timeout, ConnectionResetError):
+        except (TimeoutError, ConnectionResetError):
             pass
     return b"".join(chunks)
 
@@ -200,7 +201,7 @@ class LogCapture(logging.Handler):
         with self._lock2:
             self.records.clear()
 
-    def __enter__(self) -> "LogCapture":
+    def __enter__(self) -> LogCapture:
         root = logging.getLogger()
         root.addHandler(self)
         for name in ("", "neardup", "neardup.proxy", "neardup.proxy.access", "aiohttp"):

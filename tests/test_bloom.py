@@ -10,10 +10,16 @@ import math
 import numpy as np
 import pytest
 
-from fingerprint import Fingerprinter, exact_containment
-from fingerprint.bloom import (BloomParams, PseudoMatrixBloom, bit_positions, containment_shares, frequent_shingles,
-                               rows_needed)
 from neardup.corpora import ru_news_documents
+from neardup.fingerprint import Fingerprinter, exact_containment
+from neardup.fingerprint.bloom import (
+    BloomParams,
+    PseudoMatrixBloom,
+    bit_positions,
+    containment_shares,
+    frequent_shingles,
+    rows_needed,
+)
 
 
 def random_keys(rng: np.random.Generator, n: int) -> np.ndarray:

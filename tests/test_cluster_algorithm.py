@@ -10,12 +10,24 @@ import math
 import numpy as np
 import pytest
 
-from fingerprint import Fingerprinter, FingerprintParams
-from fingerprint.clustering import (ClusterParams, assign_ids, cluster_signatures, cross_pairs, shared_buckets,
-                                    single_link_exact)
-from fingerprint.lsh import (Banding, candidate_probability, candidate_probability_given_matches, choose_banding,
-                             needed_matches, round_rows)
-from indexer.cluster_report import Doc, ReportData, near_pairs, render_report, size_distribution
+from neardup.fingerprint import Fingerprinter, FingerprintParams
+from neardup.fingerprint.clustering import (
+    ClusterParams,
+    assign_ids,
+    cluster_signatures,
+    cross_pairs,
+    shared_buckets,
+    single_link_exact,
+)
+from neardup.fingerprint.lsh import (
+    Banding,
+    candidate_probability,
+    candidate_probability_given_matches,
+    choose_banding,
+    needed_matches,
+    round_rows,
+)
+from neardup.indexer.cluster_report import Doc, ReportData, near_pairs, render_report, size_distribution
 
 K = 84
 U64 = np.iinfo(np.uint64).max

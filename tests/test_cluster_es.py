@@ -10,17 +10,18 @@ import json
 import shutil
 import subprocess
 import uuid
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pytest
 from elasticsearch import Elasticsearch, helpers
 
-from fingerprint import FIELD, Fingerprinter, FingerprintParams, estimated_resemblance, scheme_version
-from fingerprint.clustering import ClusterParams, assign_ids, cluster_signatures, single_link_exact
-from fingerprint.lsh import choose_banding, key_strings
-from indexer.cluster import META_KEY
-from indexer.cluster_docs import stored_values, usable_signature
+from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams, estimated_resemblance, scheme_version
+from neardup.fingerprint.clustering import ClusterParams, assign_ids, cluster_signatures, single_link_exact
+from neardup.fingerprint.lsh import choose_banding, key_strings
+from neardup.indexer.cluster import META_KEY
+from neardup.indexer.cluster_docs import stored_values, usable_signature
 from tests.plugins.corpora import bulk_load, run_neardup
 
 PARAMS = FingerprintParams()
@@ -125,7 +126,7 @@ def test_linked_members_are_similar_and_keys_are_stored(es, clustered):
             assert not doc.get("bands")
             assert doc["cluster"] == key  # no fingerprint: a cluster of its own
     fingerprinter = Fingerprinter(PARAMS)
-    from fingerprint import Fingerprint
+    from neardup.fingerprint import Fingerprint
 
     def fingerprint(key: str) -> Fingerprint:
         return Fingerprint.from_source({k: docs[key][k] for k in ("v", "sig", "n", "super", "mega")})
@@ -266,11 +267,11 @@ def test_missing_index_is_one_clear_message(es_url):
 
 def test_a_document_changed_meanwhile_is_not_overwritten(es, es_url):
     """The conditional update meets a changed fingerprint: re-read, left for the next run."""
-    from indexer.cluster import ClusterUpdater
-    from indexer.cluster_docs import SOURCE_FIELDS, Planned
-    from indexer.retry import Retrier
-    from indexer.stats import JobStats
-    from indexer.writer import Pending
+    from neardup.indexer.cluster import ClusterUpdater
+    from neardup.indexer.cluster_docs import SOURCE_FIELDS, Planned
+    from neardup.indexer.retry import Retrier
+    from neardup.indexer.stats import JobStats
+    from neardup.indexer.writer import Pending
 
     name = f"cluster-conflict-{uuid.uuid4().hex[:8]}"
     fp = Fingerprinter(PARAMS)
@@ -335,7 +336,7 @@ def test_report_renders_in_headless_chromium(es, es_url, reuters_index, reuters_
 # --- native collapse on the clusters (the proxy's push-down, proxy/pushdown.py) ------------------------
 
 def test_pushdown_pages_give_the_groups_the_cluster_ids_say(es, clustered):
-    from proxy.pushdown import clusters_match, missing_clusters_query, pushdown_body, pushdown_response
+    from neardup.proxy.pushdown import clusters_match, missing_clusters_query, pushdown_body, pushdown_response
 
     index, _ = clustered
     metas = {name: value["mappings"].get("_meta") for name, value in es.indices.get_mapping(index=index).items()}

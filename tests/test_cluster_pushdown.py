@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.collapse import CollapseError
-from proxy.pushdown import (GROUPS_AGG, clusters_match, inner_options, inner_size_for, pushdown_body,
-                            pushdown_response, refusal)
+from neardup.proxy.collapse import CollapseError
+from neardup.proxy.pushdown import (
+    GROUPS_AGG,
+    clusters_match,
+    inner_options,
+    inner_size_for,
+    pushdown_body,
+    pushdown_response,
+    refusal,
+)
 
 READY = {"neardup_clusters": {"state": "ready", "threshold": 0.8, "mode": "resemblance", "version": "3-abc"}}
 
@@ -159,7 +166,7 @@ def test_a_document_without_a_cluster_id_makes_the_answer_unusable():
 def test_cached_facts_are_shared_and_expire():
     import asyncio
 
-    from proxy.pushdown_search import Facts, FactsCache
+    from neardup.proxy.pushdown_search import Facts, FactsCache
 
     calls = []
 

@@ -12,29 +12,30 @@ import io
 import itertools
 import json
 import uuid
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pytest
 from elasticsearch import Elasticsearch, helpers
 
-from fingerprint import FIELD, Fingerprinter, FingerprintParams
-from indexer import cluster as cluster_module
-from indexer.client import make_client
-from indexer.cluster import ClusterOptions, band_strings, cluster_params, run_cluster
-from indexer.cluster_docs import DocTable
-from indexer.cluster_seed import META_KEY, SeedPlan, Seeder, seed_plan
-from indexer.load import Loader, LoadOptions
-from indexer.progress import Progress
-from indexer.query import SliceSpec
-from indexer.reader import SliceReader
-from indexer.retry import Retrier
-from indexer.stats import JobStats
-from indexer.writer import BulkUpdater
-from indexer.job import fingerprint_function
 from neardup.config import Config, load_config
 from neardup.corpora import reuters_documents
-from proxy.pushdown import missing_clusters_query
+from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams
+from neardup.indexer import cluster as cluster_module
+from neardup.indexer.client import make_client
+from neardup.indexer.cluster import ClusterOptions, band_strings, cluster_params, run_cluster
+from neardup.indexer.cluster_docs import DocTable
+from neardup.indexer.cluster_seed import META_KEY, Seeder, SeedPlan, seed_plan
+from neardup.indexer.job import fingerprint_function
+from neardup.indexer.load import Loader, LoadOptions
+from neardup.indexer.progress import Progress
+from neardup.indexer.query import SliceSpec
+from neardup.indexer.reader import SliceReader
+from neardup.indexer.retry import Retrier
+from neardup.indexer.stats import JobStats
+from neardup.indexer.writer import BulkUpdater
+from neardup.proxy.pushdown import missing_clusters_query
 from tests.plugins.corpora import neardup_json
 from tests.test_cluster_es import copy_index
 
@@ -340,7 +341,7 @@ def test_seeds_taken_as_previous_ids_would_give_the_same_ids_only_if_every_docum
     """Why the first full run ignores stored values (``Job.previous_ids``): read as previous ids,
     seeds on every document give the ids of no previous id, but seeds on some documents only
     would make a seeded member's key win over a smaller unseeded one."""
-    from fingerprint.clustering import assign_ids
+    from neardup.fingerprint.clustering import assign_ids
 
     rng = np.random.default_rng(7)
     differs = 0
@@ -495,7 +496,7 @@ def test_the_cluster_job_fails_if_building_is_not_acknowledged(es, es_url, new_i
     """The seed protocol relies on `building` being applied on every node before the refresh."""
     from elastic_transport import ObjectApiResponse
 
-    from indexer.errors import JobError
+    from neardup.indexer.errors import JobError
 
     index = new_index(stories(2))
     real_make_client = cluster_module.make_client
@@ -561,7 +562,7 @@ def test_seeds_of_a_killed_worker_are_withdrawn_by_the_first_cluster_run(es, es_
     near-copy of s00) and ``x`` (read by the run without text, then given a near-copy of s01's
     text) would keep their own key as cluster id in a `ready` index. The run's backstop
     (:meth:`indexer.cluster.Job.withdraw_unexamined`) withdraws them: they count as new."""
-    from indexer import cluster_aggregate
+    from neardup.indexer import cluster_aggregate
 
     docs = stories(10)
     index = new_index(docs + [{"id": "x", "note": "no text yet"}])
@@ -684,7 +685,7 @@ def test_the_cut_is_not_held_back_by_a_replicas_stale_global_checkpoint():
     """Once writes stop, a replica keeps the global checkpoint the primary last told it (until the
     next sync, up to 30 s): below the writes acknowledged before the run. The cut must not use
     it, or the aggregate strategy withdraws values it saw (the indexer's seeds, its own keys)."""
-    from indexer.cluster_backstop import take_cut
+    from neardup.indexer.cluster_backstop import take_cut
 
     def copy(primary: bool, local: int, global_: int) -> dict[str, Any]:
         return {"routing": {"primary": primary},

@@ -14,15 +14,16 @@ from __future__ import annotations
 import itertools
 import json
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from elasticsearch import Elasticsearch, helpers
 
-from fingerprint import Fingerprint, Fingerprinter, FingerprintParams, estimated_resemblance
-from indexer.enrich import cleared_cluster_keys, enrich_line, merged_neardup
 from neardup.corpora import reuters_documents
-from proxy.pushdown import missing_clusters_query
+from neardup.fingerprint import Fingerprint, Fingerprinter, FingerprintParams, estimated_resemblance
+from neardup.indexer.enrich import cleared_cluster_keys, enrich_line, merged_neardup
+from neardup.proxy.pushdown import missing_clusters_query
 from tests.plugins.corpora import neardup_json
 from tests.test_proxy_support import ProxyThread, make_config
 

@@ -21,18 +21,32 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fingerprint import FIELD, Fingerprinter, FingerprintParams, group_labels, similar_pairs
-from fingerprint import jit
-from fingerprint import verify as verify_module
-from fingerprint.clustering import ClusterParams, cluster_signatures, merge_identical
-from fingerprint.lsh import candidate_probability_given_matches, choose_banding, needed_matches
-from fingerprint.hashing import multipliers
-from fingerprint.similarity import exact_resemblance
-from fingerprint.verify import (BAND_MISS, EPS, ShingleSets, banding_miss, candidate_pairs, estimate_margin, estimate_miss, exact_resemblances,
-                                links, lowered_banding, lowered_threshold, pair_intersections,
-                                pair_intersections_numpy, set_signatures, set_verifier, verified_single_link)
-from indexer.cluster import META_KEY
-from indexer.cluster_verify import text_params
+from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams, group_labels, jit, similar_pairs
+from neardup.fingerprint import verify as verify_module
+from neardup.fingerprint.clustering import ClusterParams, cluster_signatures, merge_identical
+from neardup.fingerprint.hashing import multipliers
+from neardup.fingerprint.lsh import candidate_probability_given_matches, choose_banding, needed_matches
+from neardup.fingerprint.similarity import exact_resemblance
+from neardup.fingerprint.verify import (
+    BAND_MISS,
+    EPS,
+    ShingleSets,
+    banding_miss,
+    candidate_pairs,
+    estimate_margin,
+    estimate_miss,
+    exact_resemblances,
+    links,
+    lowered_banding,
+    lowered_threshold,
+    pair_intersections,
+    pair_intersections_numpy,
+    set_signatures,
+    set_verifier,
+    verified_single_link,
+)
+from neardup.indexer.cluster import META_KEY
+from neardup.indexer.cluster_verify import text_params
 from tests.plugins.corpora import bulk_load, run_neardup
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,9 +166,9 @@ def test_verifying_a_few_texts_does_not_load_numba():
     code = """
 import sys
 import numpy as np
-from fingerprint import Fingerprinter, FingerprintParams
-from fingerprint.hashing import multipliers
-from fingerprint.verify import ShingleSets, exact_resemblances, set_signatures
+from neardup.fingerprint import Fingerprinter, FingerprintParams
+from neardup.fingerprint.hashing import multipliers
+from neardup.fingerprint.verify import ShingleSets, exact_resemblances, set_signatures
 params = FingerprintParams()
 fp = Fingerprinter(params)
 sets = ShingleSets.from_arrays([fp.shingles(fp.canonical_tokens(t)) for t in

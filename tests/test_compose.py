@@ -120,8 +120,10 @@ def test_dockerfile_installs_every_package_of_the_distribution():
     assert re.search(r"^FROM python:3\.11-slim$", DOCKERFILE, re.M)
     assert re.search(r"^RUN pip install .*\s\.(\s|$)", DOCKERFILE, re.M)
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    include = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
-    for pattern in include:
-        package = pattern.rstrip("*")
-        assert f"COPY {package} ./{package}" in DOCKERFILE, package
+    assert pyproject["tool"]["setuptools"]["packages"]["find"]["include"] == ["neardup", "neardup.*"]
+    # The sub-packages are links from neardup/ to the top-level folders: the image needs both.
+    folders = ["neardup"] + [link.readlink().name for link in (ROOT / "neardup").iterdir() if link.is_symlink()]
+    assert sorted(folders[1:]) == ["fingerprint", "indexer", "proxy"]
+    for folder in folders:
+        assert f"COPY {folder} ./{folder}" in DOCKERFILE, folder
     assert 'ENTRYPOINT ["neardup"]' in DOCKERFILE

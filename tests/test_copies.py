@@ -18,16 +18,17 @@ import itertools
 import json
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 
-from fingerprint import Fingerprinter
-from fingerprint.bloom import BloomParams
-from fingerprint.copies import build_filter, candidates, check_min_share, content_sets, ranked, verify
 from neardup.corpora import reuters_documents
+from neardup.fingerprint import Fingerprinter
+from neardup.fingerprint.bloom import BloomParams
+from neardup.fingerprint.copies import build_filter, candidates, check_min_share, content_sets, ranked, verify
 from tests.plugins.corpora import bulk_load, run_neardup
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"

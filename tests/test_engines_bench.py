@@ -68,7 +68,7 @@ def test_rewrites_keep_the_words_and_are_reproducible():
     swapped = swap_words(text, 0.5, np.random.default_rng(5))
     assert sorted(swapped.split()) == sorted(text.split()) and swapped != text
 
-    from fingerprint import Fingerprinter
+    from neardup.fingerprint import Fingerprinter
 
     fp = Fingerprinter()
     swapper = SynonymSwapper([("автомобиль", "машина", "авто")], fp.canonical_tokens)
@@ -80,9 +80,9 @@ def test_rewrites_keep_the_words_and_are_reproducible():
 
 
 def test_quality_method_sparse_pairs_match_the_products_all_pairs():
-    from fingerprint import Fingerprinter
-    from fingerprint.tfidf import TfidfWeigher, cosine_pairs
     from neardup.corpora import ru_news_documents
+    from neardup.fingerprint import Fingerprinter
+    from neardup.fingerprint.tfidf import TfidfWeigher, cosine_pairs
 
     texts = [d["title"] + "\n" + d["body"] for d in itertools.islice(ru_news_documents(), 120)]
     texts += [shuffle_sentences(t, np.random.default_rng(k)) for k, t in enumerate(texts[:10])]

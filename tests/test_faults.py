@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest

@@ -26,15 +26,16 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from elasticsearch import Elasticsearch, helpers
 
-from fingerprint import FIELD, Fingerprinter
-from indexer.errors import EXIT_OK, EXIT_STOPPED
 from neardup.config import load_config
+from neardup.fingerprint import FIELD, Fingerprinter
+from neardup.indexer.errors import EXIT_OK, EXIT_STOPPED
 from tests.plugins.corpora import bulk_load, neardup_env, run_neardup, with_seed
 from tests.plugins.elasticsearch import StartedNode, _run_es_script
 from tests.reliability_support import Outcome, es_error_type, fetch

@@ -10,10 +10,9 @@ import unicodedata
 import numpy as np
 import pytest
 
-from fingerprint import Fingerprinter, FingerprintParams, estimated_resemblance, exact_resemblance
-from fingerprint.canonical import (canonical_codes, detect_language, split_codes, strip_markup, token_spans,
-                                   tokenise)
 from neardup.corpora import ru_news_documents
+from neardup.fingerprint import Fingerprinter, FingerprintParams, estimated_resemblance, exact_resemblance
+from neardup.fingerprint.canonical import canonical_codes, detect_language, split_codes, strip_markup, token_spans, tokenise
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +142,7 @@ _NAMES = {"Name", "Surn", "Patr", "Geox", "Orgn", "Trad", "Abbr"}
 def _reinflect(text: str) -> str:
     """Every dictionary noun and adjective (not a name) put into another case, every verb into
     another number: the same words in other forms."""
-    from fingerprint.canonical import morph_analyzer
+    from neardup.fingerprint.canonical import morph_analyzer
 
     morph = morph_analyzer()
     out = []
@@ -197,7 +196,7 @@ def test_fast_canonical_codes_equal_nfkc_casefold_of_the_whole_text() -> None:
     """canonical_codes (table lookups; NFKC only on words holding unstable characters) ==
     NFKC + casefold of the whole text, on real text, random mixtures of tricky characters
     and every BMP character next to combining marks and Hangul jamo."""
-    from fingerprint.canonical import canonical_codes_reference
+    from neardup.fingerprint.canonical import canonical_codes_reference
 
     texts = [d["body"] for d in itertools.islice(ru_news_documents(), 100)]
     rng = np.random.default_rng(9)

@@ -14,11 +14,28 @@ import mmh3
 import numpy as np
 import pytest
 
-from fingerprint import (ALGORITHM_VERSION, Fingerprint, Fingerprinter, FingerprintParams, estimated_containment,
-                         estimated_resemblance, scheme_version)
-from fingerprint.hashing import (FMIX_C1, GOLDEN, MASK64, MEGA_SEED, SUPER_SEED, fmix64_int, minhash, multipliers,
-                                 shingle_hashes, splitmix64)
 from neardup.corpora import reuters_documents
+from neardup.fingerprint import (
+    ALGORITHM_VERSION,
+    Fingerprint,
+    Fingerprinter,
+    FingerprintParams,
+    estimated_containment,
+    estimated_resemblance,
+    scheme_version,
+)
+from neardup.fingerprint.hashing import (
+    FMIX_C1,
+    GOLDEN,
+    MASK64,
+    MEGA_SEED,
+    SUPER_SEED,
+    fmix64_int,
+    minhash,
+    multipliers,
+    shingle_hashes,
+    splitmix64,
+)
 
 GOLDEN_FILE = Path(__file__).parent / "golden" / "fingerprints.json"
 
@@ -128,7 +145,7 @@ def test_batch_apis_equal_one_by_one() -> None:
 
 
 def test_signatures_in_several_batches_and_odd_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
-    import fingerprint.fingerprinter as module
+    import neardup.fingerprint.fingerprinter as module
 
     monkeypatch.setattr(module, "BATCH_TOKENS", 50)
     fp = Fingerprinter()

@@ -6,17 +6,26 @@ from __future__ import annotations
 import itertools
 import subprocess
 import sys
-from typing import Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import numpy as np
 import pytest
 
-from fingerprint import Fingerprinter, FingerprintParams, jit
-from fingerprint.canonical import canonical_codes, token_spans
-from fingerprint.hashing import (BATCH_BLOCK, minhash, minhash_batch, multipliers, shingle_hashes_batch,
-                                 signatures_from_token_hashes, spans_and_ids, word_ids)
-from fingerprint.wordcache import WordHashCache, _first_occurrences
 from neardup.corpora import reuters_documents, ru_news_documents
+from neardup.fingerprint import Fingerprinter, FingerprintParams, jit
+from neardup.fingerprint.canonical import canonical_codes, token_spans
+from neardup.fingerprint.hashing import (
+    BATCH_BLOCK,
+    minhash,
+    minhash_batch,
+    multipliers,
+    shingle_hashes_batch,
+    signatures_from_token_hashes,
+    spans_and_ids,
+    word_ids,
+)
+from neardup.fingerprint.wordcache import WordHashCache, _first_occurrences
 
 T = TypeVar("T")
 EXTREMES = np.array([0, 1, 2, 2**63 - 1, 2**63, 2**64 - 2, 2**64 - 1], dtype=np.uint64)

@@ -9,8 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from fingerprint import FIELD, Fingerprint, Fingerprinter, FingerprintFormatError, FingerprintParams, es_mapping
-
+from neardup.fingerprint import FIELD, Fingerprint, Fingerprinter, FingerprintFormatError, FingerprintParams, es_mapping
 
 #: The format tests name concrete sizes (6 supershingles, 15 megashingles, 5-word shingles).
 FORMAT_PARAMS = FingerprintParams(shingle_size=5, groups=6, rows=14)

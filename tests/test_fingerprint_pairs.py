@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from fingerprint import similar_pairs, similarity
-from fingerprint.similarity import containment_from_resemblance
+from neardup.fingerprint import similar_pairs, similarity
+from neardup.fingerprint.similarity import containment_from_resemblance
 
 K = 84
 THRESHOLDS = [0.0, 0.01, 0.3, 0.5, 0.51, 0.7, 0.8, 0.85, 0.9, 0.95, 0.99, 1.0]

@@ -8,9 +8,9 @@ import tracemalloc
 import numpy as np
 import pytest
 
-import fingerprint.canonical as canonical
-from fingerprint import Fingerprinter, FingerprintParams, estimated_containment, estimated_resemblance
+import neardup.fingerprint.canonical as canonical
 from neardup.corpora import reuters_documents, ru_news_documents
+from neardup.fingerprint import Fingerprinter, FingerprintParams, estimated_containment, estimated_resemblance
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,18 @@ import math
 import numpy as np
 import pytest
 
-from fingerprint import (FingerprintParams, Fingerprinter, estimated_containment, estimated_resemblance, exact_containment,
-                         exact_resemblance, group_labels, similar_pairs)
-from fingerprint.hashing import megashingles, minhash, multipliers, supershingles
 from neardup.corpora import reuters_documents, ru_news_documents
+from neardup.fingerprint import (
+    Fingerprinter,
+    FingerprintParams,
+    estimated_containment,
+    estimated_resemblance,
+    exact_containment,
+    exact_resemblance,
+    group_labels,
+    similar_pairs,
+)
+from neardup.fingerprint.hashing import megashingles, minhash, multipliers, supershingles
 
 G, R, K = 6, 14, 84
 
@@ -93,7 +101,7 @@ def test_exact_measures() -> None:
 
 
 def test_estimates_require_the_same_scheme() -> None:
-    from fingerprint import FingerprintParams
+    from neardup.fingerprint import FingerprintParams
 
     a = Fingerprinter().fingerprint("crude oil prices rose sharply")
     b = Fingerprinter(FingerprintParams(seed=2)).fingerprint("crude oil prices rose sharply")
@@ -262,7 +270,7 @@ def test_both_pair_searches_give_the_same_pairs(mode: str, size: int) -> None:
     """Both strategies (sorted band keys with row numbers for windows, copies collapsed first
     for large inputs and long runs) agree; tests/test_fingerprint_pairs.py compares them with an
     all-pairs reference in depth."""
-    from fingerprint import similarity
+    from neardup.fingerprint import similarity
 
     signatures, counts = clustered_signatures(size, np.random.default_rng(size))
     rows = np.flatnonzero(counts > 0)
@@ -357,7 +365,7 @@ def test_banded_candidates_miss_no_pair_at_the_threshold(threshold: float) -> No
     slot and it is not."""
     import math
 
-    from fingerprint import similarity
+    from neardup.fingerprint import similarity
 
     rng = np.random.default_rng(int(threshold * 100))
     need = max(1, math.ceil(threshold * K - 1e-9))

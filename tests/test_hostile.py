@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
-import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

@@ -25,18 +25,19 @@ import copy
 import gzip
 import json
 import urllib.parse
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fingerprint import Fingerprinter
 from neardup.config import load_config
-from proxy import collapse, similarity
-from proxy.fingerprints import default_algorithms
-from proxy.params import Settings
-from proxy.search import Plan, Window, apply_filter, finish, plan_search
+from neardup.fingerprint import Fingerprinter
+from neardup.proxy import collapse, similarity
+from neardup.proxy.fingerprints import default_algorithms
+from neardup.proxy.params import Settings
+from neardup.proxy.search import Plan, Window, apply_filter, finish, plan_search
 from tests.faultproxy import Fault, FaultProxy, chunked_response, http_response
 from tests.reliability_support import (
     LogCapture,
@@ -92,7 +93,7 @@ def fingerprints(draw: st.DrawFn) -> Any:
 
 
 @st.composite
-def hits(draw: st.DrawFn, ids: st.SearchStrategy[Any] = st.text(max_size=4) | small_json) -> Any:
+def hits(draw: st.DrawFn, ids: st.SearchStrategy[Any] = st.text(max_size=4) | small_json) -> Any:  # noqa: B008 (a strategy, built once)
     if rarely(draw, 12):
         return draw(small_json)
     hit: dict[str, Any] = {}

@@ -11,21 +11,22 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from elasticsearch import Elasticsearch
 
-from fingerprint import FIELD, Fingerprinter, FingerprintParams
-from indexer.client import make_client
-from indexer.errors import EXIT_OK, EXIT_STOPPED
-from indexer.query import SliceSpec, selection
-from indexer.reader import SliceReader
-from indexer.retry import Retrier
-from indexer.stats import JobStats
-from indexer.writer import BulkUpdater
-from indexer.job import fingerprint_function
 from neardup.config import load_config
+from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams
+from neardup.indexer.client import make_client
+from neardup.indexer.errors import EXIT_OK, EXIT_STOPPED
+from neardup.indexer.job import fingerprint_function
+from neardup.indexer.query import SliceSpec, selection
+from neardup.indexer.reader import SliceReader
+from neardup.indexer.retry import Retrier
+from neardup.indexer.stats import JobStats
+from neardup.indexer.writer import BulkUpdater
 from tests.plugins.corpora import bulk_load, neardup_env, run_neardup, with_seed
 
 pytestmark = pytest.mark.timeout(600)

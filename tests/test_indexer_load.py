@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from elasticsearch import Elasticsearch
 
-from fingerprint import FIELD, Fingerprinter, FingerprintParams
-from indexer.dedup import similarity
-from indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_STOPPED
+from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams
+from neardup.indexer.dedup import similarity
+from neardup.indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_STOPPED
 from tests.plugins.corpora import run_neardup, with_seed
 
 pytestmark = pytest.mark.timeout(600)
@@ -65,7 +66,7 @@ def brute_force_duplicates(docs: list[dict[str, Any]], fp: Fingerprinter, thresh
 # --- enrich ---------------------------------------------------------------------------------------------
 
 def test_enrich_adds_fingerprints_keeps_bytes_and_reports_bad_lines(tmp_path, fp, stories):
-    good = '{"id": "x", "n": 1e5, "t": "caf\\u00e9", "title": "T", "body": %s}' % json.dumps(stories[0]["body"])
+    good = '{{"id": "x", "n": 1e5, "t": "caf\\u00e9", "title": "T", "body": {}}}'.format(json.dumps(stories[0]["body"]))
     lines = [good, "this is not json", json.dumps(stories[1]), "", '{"id": "y", "title": 5}', "[1]"]
     source = write_lines(tmp_path / "in.jsonl", lines)
     result = run_neardup(["enrich", str(source)], "http://127.0.0.1:1")  # no Elasticsearch needed
@@ -109,7 +110,8 @@ def load(es_url: str, index: str, file: Path, *args: str) -> tuple[Any, dict[str
 
 
 def test_load_creates_the_index_and_stores_lines_byte_for_byte(es, es_url, index_name, tmp_path, fp, stories):
-    raw = '{"id": "raw", "n": 1e5, "f": 1.00000000000000000001, "title": "T", "body": %s}' % json.dumps(stories[0]["body"])
+    raw = ('{{"id": "raw", "n": 1e5, "f": 1.00000000000000000001, "title": "T", "body": {}}}'
+           .format(json.dumps(stories[0]["body"])))
     source = write_lines(tmp_path / "docs.jsonl", [raw, *stories[1:4], "oops"])
     result, summary = load(es_url, index_name, source)
     assert result.returncode == EXIT_DOCUMENTS_FAILED, result.stderr.decode()  # the bad line

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from elasticsearch import Elasticsearch, helpers
 
-from fingerprint import FIELD, Fingerprinter, FingerprintParams
-from indexer.cluster_seed import SeedPlan
+from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams
+from neardup.indexer.cluster_seed import SeedPlan
 
 pytestmark = [pytest.mark.timeout(1800), pytest.mark.slow]
 

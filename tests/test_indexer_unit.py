@@ -11,17 +11,16 @@ import numpy as np
 import pytest
 from elasticsearch import ApiError
 
-from fingerprint import FIELD, Fingerprinter, FingerprintParams
-from indexer.dedup import RunIndex, best_match, similarity, verified_matches
-from indexer.enrich import add_fingerprint, enrich_line, splice_field
-from indexer.errors import Unreachable, explain
-from indexer.mapping import (field_conflicts, mapping_conflicts, missing_properties, text_fields,
-                             wanted_properties)
-from indexer.progress import LogProgress, Progress
-from indexer.query import SliceSpec, parse_slice, plan_slices, selection
-from indexer.retry import Retrier, backoff_delay, is_transient
-from indexer.stats import Failures, JobStats, format_summary
-from indexer.texts import document_texts
+from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams
+from neardup.fingerprint.texts import document_texts
+from neardup.indexer.dedup import RunIndex, best_match, similarity, verified_matches
+from neardup.indexer.enrich import add_fingerprint, enrich_line, splice_field
+from neardup.indexer.errors import Unreachable, explain
+from neardup.indexer.mapping import field_conflicts, mapping_conflicts, missing_properties, text_fields, wanted_properties
+from neardup.indexer.progress import LogProgress, Progress
+from neardup.indexer.query import SliceSpec, parse_slice, plan_slices, selection
+from neardup.indexer.retry import Retrier, backoff_delay, is_transient
+from neardup.indexer.stats import Failures, JobStats, format_summary
 
 TEXT_A = ("The quick brown fox jumps over the lazy dog near the river bank while the farmer "
           "watches his cattle graze in the green meadow beyond the old stone bridge.")
@@ -159,7 +158,7 @@ def test_add_fingerprint_adds_what_fingerprint_computes_and_keeps_other_keys(fp)
 
 
 def test_enriched_line_keeps_every_other_byte(fp):
-    line = '{"b":1e5, "c":1.00000000000000000001,"t":"caf\\u00e9 \\/x", "body": %s }' % json.dumps(TEXT_A)
+    line = f'{{"b":1e5, "c":1.00000000000000000001,"t":"caf\\u00e9 \\/x", "body": {json.dumps(TEXT_A)} }}'
     parsed = enrich_line(line + "\n", ["title", "body"], fp)
     rendered = parsed.render()
     assert rendered.startswith(line[:-1].rstrip() + ',"neardup":')
@@ -313,9 +312,9 @@ def test_fingerprint_arrays_are_uint64(fp):
 def flags_over(env: dict[str, str], *argv: str):
     """(args, config): ``argv`` parsed by the ``neardup`` parser, the configuration loaded with
     ``env`` as its NEARDUP_* variables, and the configuration with the flags applied."""
-    from indexer.cli import with_flags
     from neardup.cli import build_parser
     from neardup.config import load_config
+    from neardup.indexer.cli import with_flags
 
     args = build_parser().parse_args(list(argv))
     config = load_config(environ=env)
@@ -361,9 +360,9 @@ def test_a_flag_outside_its_keys_limits_is_a_usage_error_naming_the_flag(capsys)
 
 def test_the_commands_run_with_the_options_the_flags_and_the_configuration_give(monkeypatch, capsys):
     """The handlers build their options from the configuration with the flags applied."""
-    from indexer import cli, cluster, cluster_cli, copies, job
     from neardup.cli import main
     from neardup.config import load_config
+    from neardup.indexer import cli, cluster, cluster_cli, copies, job
 
     seen = {}
 

@@ -14,11 +14,11 @@ from urllib.parse import urlsplit
 import pytest
 from elasticsearch import Elasticsearch
 
-from fingerprint import Fingerprint, estimated_containment, estimated_resemblance
 from neardup.config import Config
-from proxy import playground
-from proxy.params import MODES
-from proxy.similarity import SIMILARITY_FIELD
+from neardup.fingerprint import Fingerprint, estimated_containment, estimated_resemblance
+from neardup.proxy import playground
+from neardup.proxy.params import MODES
+from neardup.proxy.similarity import SIMILARITY_FIELD
 from tests.test_proxy_support import (  # noqa: F401 - fixtures
     FamilyIndex,
     ProxyThread,
@@ -72,7 +72,7 @@ def test_disabled_playground_answers_404_with_an_elasticsearch_error(path: str) 
 def test_the_command_line_switches_it_on() -> None:
     import argparse
 
-    from proxy.cli import register, with_overrides
+    from neardup.proxy.cli import register, with_overrides
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
@@ -150,7 +150,7 @@ def test_with_an_ops_address_the_playground_and_its_searches_are_served_there(
     import aiohttp
     from aiohttp import web
 
-    from proxy.app import create_app, create_ops_app
+    from neardup.proxy.app import create_app, create_ops_app
 
     config = make_config(es_url, proxy={"playground": True, "ops_address": "127.0.0.1:0"})
 
@@ -163,7 +163,7 @@ def test_with_an_ops_address_the_playground_and_its_searches_are_served_there(
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", 0).start()
             runners.append(runner)
-            urls.append("http://127.0.0.1:%d" % runner.addresses[0][1])
+            urls.append(f"http://127.0.0.1:{runner.addresses[0][1]}")
         main_url, ops_url = urls
         results: dict[str, tuple[int, Any]] = {}
         try:
@@ -206,9 +206,9 @@ def test_with_an_ops_address_the_playground_and_its_searches_are_served_there(
 
 # -- the similarity of each collapsed hit to its kept hit -------------------------------------
 def test_annotate_puts_the_similarity_to_the_kept_hit_on_each_collapsed_hit_only() -> None:
-    from fingerprint import FingerprintParams, Fingerprinter
-    from proxy.fingerprints import default_algorithms
-    from proxy.similarity import annotate
+    from neardup.fingerprint import Fingerprinter, FingerprintParams
+    from neardup.proxy.fingerprints import default_algorithms
+    from neardup.proxy.similarity import annotate
 
     params = FingerprintParams()
     fingerprinter, read = Fingerprinter(params), default_algorithms(params).read

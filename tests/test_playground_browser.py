@@ -17,15 +17,16 @@ import shutil
 import tempfile
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from elasticsearch import Elasticsearch, helpers
 
-from fingerprint import FingerprintParams, Fingerprinter
 from neardup.corpora import reuters_documents
-from proxy.params import MODES
+from neardup.fingerprint import Fingerprinter, FingerprintParams
+from neardup.proxy.params import MODES
 from tests.test_proxy_support import ProxyThread, make_config, mapping
 
 pytestmark = [pytest.mark.es, pytest.mark.slow]

@@ -404,7 +404,7 @@ def test_filter_path_is_applied_to_the_collapsed_response(proxy: ProxyThread, es
     body = {"sort": ["rank"], "size": 6}
     full = post_json(proxy.url + f"/{family_index.name}/_search", body)[2]
     filtered = post_json(proxy.url + f"/{family_index.name}/_search?filter_path={filter_expression}", body)[2]
-    from proxy.filter_path import parse
+    from neardup.proxy.filter_path import parse
 
     expected = parse(filter_expression).apply(full)
     expected.pop("took", None), filtered.pop("took", None)
@@ -478,7 +478,7 @@ def test_msearch_fails_open_when_a_later_batch_meets_a_passing_upstream_error(
     """A 429 or 5xx to a later batch says nothing about the client's request, even when the batch
     carries a client's own search (here the fallback of an item past the result window): the
     proxy fails open, sending the client's request as it came, rather than relaying the error."""
-    from proxy import searching
+    from neardup.proxy import searching
 
     fetch, calls = searching._fetch, []
 
@@ -632,9 +632,9 @@ def test_413_for_a_body_over_the_limit(es_url: str) -> None:
 
 
 def test_fail_open_returns_the_upstream_response_unchanged(es_url: str, family_index: FamilyIndex) -> None:
-    from proxy.collapse import Algorithms
-    from proxy.fingerprints import default_algorithms
-    from fingerprint import FingerprintParams
+    from neardup.fingerprint import FingerprintParams
+    from neardup.proxy.collapse import Algorithms
+    from neardup.proxy.fingerprints import default_algorithms
 
     real = default_algorithms(FingerprintParams())
 

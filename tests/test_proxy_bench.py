@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from fingerprint import Fingerprinter, FingerprintParams
 from neardup.corpora import reuters_documents
-from proxy import collapse
-from proxy.fingerprints import default_algorithms
+from neardup.fingerprint import Fingerprinter, FingerprintParams
+from neardup.proxy import collapse
+from neardup.proxy.fingerprints import default_algorithms
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "proxy.py"
 
@@ -103,8 +103,8 @@ def test_spares_reference_asks_for_the_proxys_first_window(bench, size):
     sizes are far below ``collapse.max_window``, which caps the proxy's window, not the
     reference's)."""
     from neardup.config import load_config
-    from proxy.params import parse_controls, resolve, split_query
-    from proxy.search import Plan, plan_search
+    from neardup.proxy.params import parse_controls, resolve, split_query
+    from neardup.proxy.search import Plan, plan_search
 
     config = load_config()
     body = {"query": {"match": {"title": "oil prices rise"}}, "size": size}

@@ -41,9 +41,10 @@ import os
 import random
 import re
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -281,7 +282,7 @@ class Generator:
         return body
 
     def params(self) -> list[tuple[str, str | None]]:
-        r, params = self.rng, []
+        _r, params = self.rng, []
         options = [
             ("size", lambda: str(self.pick(0, 1, 5, 10, 30, 10001, -3))),
             ("from", lambda: str(self.pick(0, 2, 10, 40, 10000))),
@@ -782,7 +783,7 @@ def test_filter_path_filters_as_elasticsearch_does(es_url: str, family_index: Fa
     semantics". Random expressions, applied by :mod:`proxy.filter_path` to Elasticsearch's
     unfiltered answer, give Elasticsearch's filtered answer (objects emptied by an exclusion,
     ``**`` never matching zero levels, ... were found this way)."""
-    from proxy.filter_path import UnsupportedFilterPath, parse
+    from neardup.proxy.filter_path import UnsupportedFilterPath, parse
 
     rng = random.Random(f"{SEED}-{endpoint}")
     search = {"query": {"match": {"body": "oil"}}, "size": 4, "_source": ["title", "neardup.v"],

@@ -19,11 +19,11 @@ import numpy as np
 import orjson
 import pytest
 
-from fingerprint import Fingerprinter, FingerprintParams
-from proxy import collapse, jsonio, rawjson, similarity
-from proxy.fingerprints import default_algorithms
-from proxy.params import Settings
-from proxy.search import Window, _identity, finish, plan_search
+from neardup.fingerprint import Fingerprinter, FingerprintParams
+from neardup.proxy import collapse, jsonio, rawjson, similarity
+from neardup.proxy.fingerprints import default_algorithms
+from neardup.proxy.params import Settings
+from neardup.proxy.search import Window, _identity, finish, plan_search
 
 ALGORITHMS = default_algorithms(FingerprintParams())
 FP = Fingerprinter(FingerprintParams())
@@ -148,7 +148,7 @@ def test_member_lists_match_the_reference(seed: int) -> None:
     if not len(pairs):
         pairs = np.array([[0, 1]])
     i, j = np.minimum(pairs[:, 0], pairs[:, 1]), np.maximum(pairs[:, 0], pairs[:, 1])
-    from fingerprint import group_labels
+    from neardup.fingerprint import group_labels
 
     local = group_labels(m, i, j)
     signatures = np.zeros((m, 4), dtype=np.uint64)

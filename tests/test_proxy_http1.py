@@ -1,4 +1,4 @@
-"""proxy.http1 (the search path's whole-body upstream client) and Upstream.exchange's failover.
+"""neardup.proxy.http1 (the search path's whole-body upstream client) and Upstream.exchange's failover.
 
 The upstream here is a scripted loopback server that answers each request with given bytes, so
 every framing an HTTP/1.1 server may use (chunked with extensions and trailers, Content-Length,
@@ -11,13 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from typing import Any, AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
 
 import pytest
 
 from neardup.config import UpstreamConfig
-from proxy import errors, http1
-from proxy.upstream import Upstream
+from neardup.proxy import errors, http1
+from neardup.proxy.upstream import Upstream
+
 
 def asynchronous(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
     """Run an async test function on a fresh event loop (the suite has no asyncio plugin)."""
@@ -42,7 +44,7 @@ class ScriptedServer:
         self.requests: list[bytes] = []
         self.server: asyncio.base_events.Server | None = None
 
-    async def __aenter__(self) -> "ScriptedServer":
+    async def __aenter__(self) -> ScriptedServer:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         return self
 
@@ -313,7 +315,7 @@ async def test_a_cancel_that_lands_after_the_answer_came_neither_leaks_nor_pools
     connections: list[http1._Connection] = []
     finish = http1._Connection._finish
 
-    def finish_then_cancel(self: http1._Connection, body: bytes, waiter: "asyncio.Future[http1.Reply]") -> None:
+    def finish_then_cancel(self: http1._Connection, body: bytes, waiter: asyncio.Future[http1.Reply]) -> None:
         connections.append(self)
         finish(self, body, waiter)
         task.cancel()

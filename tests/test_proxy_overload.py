@@ -20,17 +20,17 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from aiohttp.http_exceptions import BadHttpMessage, BadHttpMethod, BadStatusLine, InvalidHeader, InvalidURLError
 from pydantic import ValidationError
 
 from neardup.config import Config, ConfigError, load_config
-from proxy import errors
-from proxy.errors import malformed_problem
+from neardup.proxy import errors
+from neardup.proxy.errors import malformed_problem
 from tests.faultproxy import _read_request, es_like_response
 from tests.test_proxy_server import ProxyProcess, get
 
@@ -55,7 +55,7 @@ class HoldingUpstream:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> "HoldingUpstream":
+    def __enter__(self) -> HoldingUpstream:
         self._thread.start()
         assert self._ready.wait(10)
         return self

@@ -12,14 +12,15 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import msgspec
 import pytest
 import urllib3
 from elasticsearch import Elasticsearch
 
-from proxy import jsonio
+from neardup.proxy import jsonio
 from tests.test_proxy_support import ProxyThread, proxy  # noqa: F401 - fixture
 
 _POOL = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=60))

@@ -17,8 +17,8 @@ import socket
 import time
 import uuid
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 from urllib.parse import urlsplit
 
 import pytest
@@ -58,7 +58,7 @@ class Conn:
         self.sock = socket.create_connection((parts.hostname, parts.port), timeout=TIMEOUT)
         self.buffer = b""
 
-    def __enter__(self) -> "Conn":
+    def __enter__(self) -> Conn:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -10,7 +10,8 @@ cardinality aggregations on the stored cluster ids, the uncollapsed hits), never
 from __future__ import annotations
 
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from elasticsearch import Elasticsearch

@@ -10,10 +10,10 @@ import msgspec
 import pytest
 from elasticsearch import Elasticsearch
 
-from fingerprint import Fingerprinter, FingerprintParams
-from proxy import collapse, filter_path, jsonio, rawjson, search, tfidf
-from proxy.fingerprints import default_algorithms
-from proxy.params import Settings
+from neardup.fingerprint import Fingerprinter, FingerprintParams
+from neardup.proxy import collapse, filter_path, jsonio, rawjson, search, tfidf
+from neardup.proxy.fingerprints import default_algorithms
+from neardup.proxy.params import Settings
 from tests.test_proxy_support import ProxyThread, make_config, mapping
 
 FP = Fingerprinter(FingerprintParams()).fingerprint("one two three four five six seven eight").to_source()

@@ -9,13 +9,14 @@ leaving room for the MinHash estimate.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 from elasticsearch import Elasticsearch, helpers
 
-from fingerprint import Fingerprint, FingerprintParams, Fingerprinter, exact_resemblance, similar_pairs
+from neardup.fingerprint import Fingerprint, Fingerprinter, FingerprintParams, exact_resemblance, similar_pairs
 from tests.test_proxy_support import pes, proxy  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.es, pytest.mark.slow]

@@ -11,8 +11,8 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from elasticsearch import AuthenticationException, Elasticsearch

@@ -8,16 +8,17 @@ import json
 import subprocess
 import sys
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 from elasticsearch import Elasticsearch, helpers
 
-from fingerprint import FingerprintParams, Fingerprinter, exact_containment
-from fingerprint.bloom import BloomParams
 from neardup.corpora import reuters_documents
-from proxy.source_check import CONTAINS_FIELD, contained_shares, hit_text, page_bloom_params, page_positions
+from neardup.fingerprint import Fingerprinter, FingerprintParams, exact_containment
+from neardup.fingerprint.bloom import BloomParams
+from neardup.proxy.source_check import CONTAINS_FIELD, contained_shares, hit_text, page_bloom_params, page_positions
 from tests.test_proxy import assert_es_error, http, post_json, strip_ours
 from tests.test_proxy_support import ProxyThread, mapping, pes, proxy  # noqa: F401 - fixtures
 

@@ -14,26 +14,27 @@ import itertools
 import socket
 import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 from aiohttp import web
 from elasticsearch import Elasticsearch, helpers
 
-from fingerprint import (
-    FingerprintParams,
+from neardup.config import Config
+from neardup.corpora import reuters_documents
+from neardup.fingerprint import (
     Fingerprinter,
+    FingerprintParams,
     es_mapping,
     exact_resemblance,
     group_labels,
 )
-from neardup.config import Config
-from neardup.corpora import reuters_documents
-from proxy.app import create_app
-from proxy.collapse import Algorithms
-from proxy.server import ProxyRunner
+from neardup.proxy.app import create_app
+from neardup.proxy.collapse import Algorithms
+from neardup.proxy.server import ProxyRunner
 
 
 def make_config(es_url: str, **sections: dict[str, Any]) -> Config:
@@ -82,7 +83,7 @@ class ProxyThread:
         await self._stop.wait()
         await runner.cleanup()
 
-    def __enter__(self) -> "ProxyThread":
+    def __enter__(self) -> ProxyThread:
         self._thread.start()
         self._ready.wait(30)
         if self._error is not None:
@@ -100,7 +101,7 @@ class ProxyThread:
 
     @property
     def metrics(self):  # noqa: ANN201 - the worker's Metrics
-        from proxy.app import STATE
+        from neardup.proxy.app import STATE
 
         assert self.app is not None
         return self.app[STATE].metrics

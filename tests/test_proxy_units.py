@@ -8,16 +8,15 @@ import numpy as np
 import pytest
 from multidict import CIMultiDict
 
-from fingerprint import FingerprintParams, Fingerprinter
 from neardup.config import CollapseConfig
 from neardup.corpora import reuters_documents
-from proxy import collapse, filter_path
-from proxy.errors import ProxyError
-from proxy.fingerprints import default_algorithms
-from proxy.params import Controls, parse_controls, resolve
-from proxy.routes import classify, index_of
-from proxy.search import Plan, Skip, Window, finish, plan_search, round_request
-from proxy.params import split_query
+from neardup.fingerprint import Fingerprinter, FingerprintParams
+from neardup.proxy import collapse, filter_path
+from neardup.proxy.errors import ProxyError
+from neardup.proxy.fingerprints import default_algorithms
+from neardup.proxy.params import Controls, parse_controls, resolve, split_query
+from neardup.proxy.routes import classify, index_of
+from neardup.proxy.search import Plan, Skip, Window, finish, plan_search, round_request
 
 ALGORITHMS = default_algorithms(FingerprintParams())
 DEFAULTS = resolve(Controls(), CollapseConfig(), "")
@@ -300,7 +299,7 @@ def test_unexpected_shapes_raise_collapse_error() -> None:
 
 
 def test_fast_signature_reader_agrees_with_from_source(stories: list[dict]) -> None:
-    from fingerprint import Fingerprint
+    from neardup.fingerprint import Fingerprint
 
     fp = Fingerprinter(FingerprintParams())
     stored = [fp.fingerprint(s["body"]).to_source() for s in stories[:10]]
@@ -317,7 +316,7 @@ def test_fast_signature_reader_agrees_with_from_source(stories: list[dict]) -> N
                                     "18446744073709551615", "-9223372036854775808", "9999999999999999999"])
 @pytest.mark.parametrize("padding", [0, 5000])   # below and above the vectorised scan's size
 def test_jsonio_keeps_every_integer_exact(number: str, padding: int) -> None:
-    from proxy import jsonio
+    from neardup.proxy import jsonio
 
     raw = ('{"pad": "' + "x" * padding + '", "n": ' + number + "}").encode()
     value = jsonio.loads(raw)
@@ -328,7 +327,7 @@ def test_jsonio_keeps_every_integer_exact(number: str, padding: int) -> None:
 def test_jsonio_digit_run_scan_agrees_with_the_plain_scan() -> None:
     import random
 
-    from proxy import jsonio
+    from neardup.proxy import jsonio
 
     rng = random.Random(7)
     for _ in range(300):
@@ -340,7 +339,7 @@ def test_jsonio_digit_run_scan_agrees_with_the_plain_scan() -> None:
 def test_a_first_window_is_split_in_halves_only_on_an_idle_worker() -> None:
     from types import SimpleNamespace
 
-    from proxy.searching import _halves
+    from neardup.proxy.searching import _halves
 
     def state(least: int, in_flight: int) -> object:
         return SimpleNamespace(config=SimpleNamespace(proxy=SimpleNamespace(split_fetch_min_hits=least)),
@@ -362,7 +361,7 @@ def test_a_first_window_is_split_in_halves_only_on_an_idle_worker() -> None:
     ("*;q=0, gzip", True), ("gzip;q=0, *", False), ("*, gzip;q=0", False), ("gzip;q=0, x-gzip", True),
 ])
 def test_gzip_is_accepted_as_elasticsearch_decides(accept_encoding: str | None, gzip: bool) -> None:
-    from proxy.http import accepts_gzip
+    from neardup.proxy.http import accepts_gzip
 
     assert accepts_gzip(accept_encoding) is gzip
 

@@ -13,12 +13,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 from quality.edits import EDIT_KINDS, edited_copies  # noqa: E402
-from quality.methods import (fess_signatures, fess_token_minhashes, hamming_pairs,  # noqa: E402
-                             simhash64)
-from quality.metrics import (adjusted_rand_index, band_probability, score_pairs,  # noqa: E402
-                             two_band_probability, wilson_interval)
-from quality.pairs import (connected_components, pair_keys, pairs_sharing_a_value,  # noqa: E402
-                           pairs_within_groups, split_keys)
+from quality.methods import fess_signatures, fess_token_minhashes, hamming_pairs, simhash64  # noqa: E402
+from quality.metrics import adjusted_rand_index, band_probability, score_pairs, two_band_probability, wilson_interval  # noqa: E402
+from quality.pairs import connected_components, pair_keys, pairs_sharing_a_value, pairs_within_groups, split_keys  # noqa: E402
 from quality.truth import brute_force_truth, exact_truth  # noqa: E402
 
 
@@ -210,8 +207,8 @@ def test_minhash_model_probabilities():
 
 def test_truth_on_real_reuters_shingles_equals_brute_force():
     """The first 200 Reuters stories, canonicalised and shingled by the product."""
-    from fingerprint import Fingerprinter
     from neardup.corpora import reuters_documents
+    from neardup.fingerprint import Fingerprinter
 
     fp = Fingerprinter()
     docs = []

@@ -10,11 +10,24 @@ import re
 import numpy as np
 import pytest
 
-from fingerprint import Fingerprinter, FingerprintParams, exact_resemblance
-from fingerprint.tfidf import (CorpusStats, StatsFormatError, SynonymFormatError, SynonymMap, TfidfFormatError,
-                               TfidfParams, TfidfVector, TfidfWeigher, cosine, cosine_pairs, parse_synonyms,
-                               term_counts, tfidf_version, weigh)
 from neardup.corpora import ru_news_documents
+from neardup.fingerprint import Fingerprinter, FingerprintParams, exact_resemblance
+from neardup.fingerprint.tfidf import (
+    CorpusStats,
+    StatsFormatError,
+    SynonymFormatError,
+    SynonymMap,
+    TfidfFormatError,
+    TfidfParams,
+    TfidfVector,
+    TfidfWeigher,
+    cosine,
+    cosine_pairs,
+    parse_synonyms,
+    term_counts,
+    tfidf_version,
+    weigh,
+)
 
 
 @pytest.fixture(scope="module")

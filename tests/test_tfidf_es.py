@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from fingerprint import FIELD, Fingerprinter, es_mapping
-from fingerprint.tfidf import CorpusStats, TfidfVector, TfidfWeigher, cosine, tf_mapping
+from neardup.fingerprint import FIELD, Fingerprinter, es_mapping
+from neardup.fingerprint.tfidf import CorpusStats, TfidfVector, TfidfWeigher, cosine, tf_mapping
 
 pytestmark = pytest.mark.es
 

@@ -16,16 +16,16 @@ import numpy as np
 import pytest
 from elasticsearch import Elasticsearch, helpers
 
-from fingerprint import FIELD, Fingerprinter
-from fingerprint.tfidf import CorpusStats, TfidfVector, cosine
-from indexer.client import display_url, make_client
-from indexer.job import IndexOptions, run_job
-from indexer.progress import Progress
-from indexer.retry import Retrier
-from indexer.mapping import wanted_properties
-from indexer.tfidf import StatsStore, stats_index_name, tf_properties
 from neardup.config import Config
 from neardup.corpora import reuters_documents
+from neardup.fingerprint import FIELD, Fingerprinter
+from neardup.fingerprint.tfidf import CorpusStats, TfidfVector, cosine
+from neardup.indexer.client import display_url, make_client
+from neardup.indexer.job import IndexOptions, run_job
+from neardup.indexer.mapping import wanted_properties
+from neardup.indexer.progress import Progress
+from neardup.indexer.retry import Retrier
+from neardup.indexer.tfidf import StatsStore, stats_index_name, tf_properties
 from neardup.tfidf import weigher_from_config
 from tests.plugins.corpora import run_neardup
 from tests.test_proxy_support import ProxyThread, make_config
@@ -206,7 +206,7 @@ def test_tfidf_mode_folds_a_reordered_rewrite_that_resemblance_does_not(es, es_u
     index, original = rewrite_index
     fp = Fingerprinter(make_config(es_url).fingerprint)
     docs = {h["_id"]: h["_source"] for h in es.search(index=index, size=100)["hits"]["hits"]}
-    from fingerprint import Fingerprint, estimated_resemblance
+    from neardup.fingerprint import Fingerprint, estimated_resemblance
     resemblance = estimated_resemblance(Fingerprint.from_source(docs[original][FIELD]),
                                         Fingerprint.from_source(docs["rewrite"][FIELD]))
     stored_cosine = cosine(TfidfVector.from_source(docs[original][FIELD]["tf"]),

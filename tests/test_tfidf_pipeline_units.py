@@ -7,18 +7,25 @@ import numpy as np
 import pytest
 from multidict import CIMultiDict
 
-from fingerprint import Fingerprinter
-from fingerprint.tfidf import CorpusStats, TfidfParams, TfidfWeigher
-from indexer.query import already_current, selection
-from indexer.tfidf import (APPLIED_WRITERS, add_counts, already_applied, decode_part, encode_part,
-                           record_applied, tf_properties)
 from neardup.config import CollapseConfig, Config, ConfigError, load_config
+from neardup.fingerprint import Fingerprinter
+from neardup.fingerprint.tfidf import CorpusStats, TfidfParams, TfidfWeigher
+from neardup.indexer.query import already_current, selection
+from neardup.indexer.tfidf import (
+    APPLIED_WRITERS,
+    add_counts,
+    already_applied,
+    decode_part,
+    encode_part,
+    record_applied,
+    tf_properties,
+)
+from neardup.proxy import collapse, tfidf
+from neardup.proxy.errors import ProxyError
+from neardup.proxy.fingerprints import default_algorithms
+from neardup.proxy.params import Controls, Settings, parse_controls, resolve, split_query
+from neardup.proxy.search import Plan, plan_search
 from neardup.tfidf import tfidf_version_of, weigher_from_config
-from proxy import collapse, tfidf
-from proxy.errors import ProxyError
-from proxy.fingerprints import default_algorithms
-from proxy.params import Controls, Settings, parse_controls, resolve, split_query
-from proxy.search import Plan, plan_search
 
 TEXTS = [
     "The central bank raised interest rates by half a point to curb inflation, the governor said.",

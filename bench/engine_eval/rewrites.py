@@ -17,8 +17,8 @@ All from one seeded ``numpy.random.Generator`` (same seed, same copies):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -62,7 +62,7 @@ class SynonymSwapper:
     """Replaces words by other members of their synonym group (single-word entries)."""
 
     def __init__(self, groups: Sequence[Sequence[str]], canonical: Callable[[str], list[str]]) -> None:
-        from fingerprint.canonical import morph_analyzer
+        from neardup.fingerprint.canonical import morph_analyzer
 
         self.morph = morph_analyzer()
         self.members: dict[str, list[str]] = {}          # lemma -> other single-word members

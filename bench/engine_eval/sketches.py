@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fingerprint.hashing import GOLDEN, fmix64
+from neardup.fingerprint.hashing import GOLDEN, fmix64
 
 U64 = np.uint64
 _SCALE = 2.0 ** -53

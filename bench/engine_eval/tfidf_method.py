@@ -12,13 +12,12 @@ same t does not mean the same thing (see the engines section of ``bench/RESULTS.
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
-from scipy import sparse
-
 from quality.methods import MethodRun, timed
 from quality.pairs import pair_keys
+from scipy import sparse
 
 NAME = "TF-IDF cosine over lemmas"
 
@@ -53,9 +52,9 @@ def sparse_cosine_pairs(matrix: sparse.csr_matrix, threshold: float, block: int 
 
 
 def run_tfidf(corpus, thresholds: Sequence[float]) -> MethodRun:
-    from fingerprint import Fingerprinter
-    from fingerprint.tfidf import CorpusStats, TfidfWeigher, cosine_pairs
     from neardup.config import load_config
+    from neardup.fingerprint import Fingerprinter
+    from neardup.fingerprint.tfidf import CorpusStats, TfidfWeigher, cosine_pairs
 
     weigher = TfidfWeigher(Fingerprinter(load_config().fingerprint))
 
@@ -75,7 +74,7 @@ def run_tfidf(corpus, thresholds: Sequence[float]) -> MethodRun:
     position = {int(d): p for p, d in enumerate(sample)}
     expected = {(position[int(a)], position[int(b)]) for a, b in zip(i[inside], j[inside])}
     if expected != set(zip(si.tolist(), sj.tolist())):
-        raise SystemExit("fingerprint.tfidf.cosine_pairs disagrees with the sparse product on a sample")
+        raise SystemExit("neardup.fingerprint.tfidf.cosine_pairs disagrees with the sparse product on a sample")
     run = MethodRun(name=NAME, mode="resemblance", build_seconds=build_s, query_seconds=query_s)
     for t in thresholds:
         keep = sim >= t - 1e-12

@@ -16,8 +16,8 @@ Word edits keep the paragraph structure; a "word" is a whitespace-separated piec
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

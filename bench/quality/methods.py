@@ -26,8 +26,8 @@ pairs (``query``); both are timed. Reported pairs are sorted pair keys (see ``qu
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import mmh3
 import numpy as np

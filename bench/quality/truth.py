@@ -22,8 +22,8 @@ any threshold ≥ ``floor`` in either measure.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from scipy import sparse

@@ -20,8 +20,9 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import pytest
 from elasticsearch import Elasticsearch, helpers
@@ -107,8 +108,8 @@ def with_seed(value: dict[str, Any], doc_id: str) -> dict[str, Any]:
     """``value`` (a fingerprint's ``neardup`` object) with the cluster seed ``neardup index`` and
     ``neardup load`` write while the index has never been clustered (:mod:`indexer.cluster_seed`:
     ``cluster`` = the ``_id``, ``bands`` = the LSH keys of the default threshold 0.8)."""
-    from fingerprint import FingerprintParams
-    from indexer.cluster_seed import SeedPlan
+    from neardup.fingerprint import FingerprintParams
+    from neardup.indexer.cluster_seed import SeedPlan
 
     plan = SeedPlan.for_target("any", 0.8, FingerprintParams(), ["any"])
     return {**value, **plan.values([("any", doc_id, value)])[0]}

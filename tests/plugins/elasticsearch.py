@@ -26,9 +26,9 @@ import os
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import pytest
@@ -61,7 +61,7 @@ class EsEndpoint:
     ca_certs: str = ""    # CA bundle of an https node
 
     @classmethod
-    def from_url(cls, url: str, username: str = "", password: str = "") -> "EsEndpoint":
+    def from_url(cls, url: str, username: str = "", password: str = "") -> EsEndpoint:
         """Split ``http://user:password@host:port`` into a bare URL and credentials."""
         parts = urlsplit(url.strip())
         if parts.username is not None:

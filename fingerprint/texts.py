@@ -18,8 +18,9 @@ Documents that are not ``ok`` get no fingerprint; they are reported, never alter
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 Outcome = Literal["ok", "no_field", "non_string", "empty"]
 
