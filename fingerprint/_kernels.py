@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from numba import njit as _numba_njit
 
-from neardup.fingerprint.hashing import FMIX_C1, FMIX_C2, GOLDEN, MASK64, WORD_BASE
+from neardup.fingerprint.constants import FMIX_C1, FMIX_C2, GOLDEN, MASK64, WORD_BASE
 
 
 def njit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
@@ -56,7 +56,7 @@ def _fmix64(x: np.uint64) -> np.uint64:
 
 
 @njit(cache=True, nogil=True)
-def minhash_segments(shingles, offsets, a, out):  # type: ignore[no-untyped-def]
+def minhash_segments(shingles, offsets, a, out):
     """``out[d, k] = min(out[d, k], min_x a_k x)`` over ``x ∈ shingles[offsets[d]:offsets[d+1]]``.
 
     Reference: :func:`fingerprint.hashing.minhash` / :func:`~fingerprint.hashing.minhash_batch`.
@@ -74,7 +74,7 @@ def minhash_segments(shingles, offsets, a, out):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def fold_minhash(token_hashes, offsets, size, initial, a, out):  # type: ignore[no-untyped-def]
+def fold_minhash(token_hashes, offsets, size, initial, a, out):
     """Signatures straight from token hashes: for document d (tokens
     ``token_hashes[offsets[d]:offsets[d+1]]``) every window of ``w = min(size, n)`` tokens is
     folded into its shingle hash (``h = initial[w]``, then ``h = (h ⊕ t) · C1`` per token,
@@ -109,7 +109,7 @@ def fold_minhash(token_hashes, offsets, size, initial, a, out):  # type: ignore[
 
 
 @njit(cache=True, nogil=True)
-def token_ids(codes):  # type: ignore[no-untyped-def]
+def token_ids(codes):
     """(starts, ends, word ids) of the runs of non-space code points.
 
     Reference: :func:`fingerprint.canonical.token_spans` and
@@ -152,7 +152,7 @@ def token_ids(codes):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def find(keys, values, shift, ids):  # type: ignore[no-untyped-def]
+def find(keys, values, shift, ids):
     """(values, found) of ``ids`` in an open-addressing table with linear probing.
 
     Reference: :meth:`fingerprint.wordcache.WordHashCache._find`.
@@ -176,7 +176,7 @@ def find(keys, values, shift, ids):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def first_occurrences(ids):  # type: ignore[no-untyped-def]
+def first_occurrences(ids):
     """(first, inverse) of ``ids``: the index of the first occurrence of each distinct id, in
     order of first occurrence, and for each id the position of its value in ``first``.
 
@@ -213,7 +213,7 @@ def first_occurrences(ids):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def insert(keys, values, shift, ids, new_values):  # type: ignore[no-untyped-def]
+def insert(keys, values, shift, ids, new_values):
     """Insert distinct ``ids`` (never 0, none in the table) with ``new_values`` by linear
     probing; the table must have a free slot for each. Reference:
     :meth:`fingerprint.wordcache.WordHashCache._place`."""

@@ -13,7 +13,7 @@ from neardup.fingerprint._kernels import njit
 
 
 @njit(cache=True, nogil=True)
-def pair_intersections(values, offsets, a, b, out):  # type: ignore[no-untyped-def]
+def pair_intersections(values, offsets, a, b, out):
     """``out[p] = |values[offsets[a[p]]:offsets[a[p]+1]] ∩ values[offsets[b[p]]:offsets[b[p]+1]]|``."""
     for p in range(a.shape[0]):
         x = a[p]

@@ -57,6 +57,7 @@ candidate pairs at a time (``chunk_pairs``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -473,7 +474,7 @@ def single_link_exact(signatures: np.ndarray, counts: np.ndarray, threshold: flo
 # --- stable cluster ids ----------------------------------------------------------------------------
 
 def assign_ids(keys: Sequence[str], labels: np.ndarray, previous: Sequence[str | None],
-               sizes: Mapping[str, int] | None = None, taken: set[str] = frozenset()) -> list[str]:
+               sizes: Mapping[str, int] | None = None, taken: AbstractSet[str] = frozenset()) -> list[str]:
     """A stable id for each document's cluster.
 
     ``keys[d]``: document d's unique key (its ``_id``); ``labels``: clusters (any member index

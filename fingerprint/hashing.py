@@ -76,12 +76,9 @@ import mmh3
 import numpy as np
 
 from neardup.fingerprint.canonical import token_spans
+from neardup.fingerprint.constants import FMIX_C1, FMIX_C2, GOLDEN, MASK64, WORD_BASE
 from neardup.fingerprint.jit import kernels
 
-MASK64 = (1 << 64) - 1
-GOLDEN = 0x9E3779B97F4A7C15
-FMIX_C1 = 0xFF51AFD7ED558CCD
-FMIX_C2 = 0xC4CEB9FE1A85EC53
 SUPER_SEED = 0x5C0FFEE0
 MEGA_SEED = 0x3E6A5EED
 #: Used where a token was dropped, before filtering; a real token hash equal to it is
@@ -135,7 +132,6 @@ def multipliers(seed: int, num_perm: int) -> np.ndarray:
     return a
 
 
-WORD_BASE = 0x100000001B3  # the 64-bit FNV prime: odd, with well-spread bits
 _WORD_BASE_INV = pow(WORD_BASE, -1, 1 << 64)
 _powers: dict[str, np.ndarray] = {}
 

@@ -59,7 +59,8 @@ from typing import Any
 
 import numpy as np
 
-from neardup.fingerprint.hashing import FMIX_C1, GOLDEN, MASK64, fmix64
+from neardup.fingerprint.constants import FMIX_C1, GOLDEN, MASK64
+from neardup.fingerprint.hashing import fmix64
 
 #: Seeds of the band and group key families (arbitrary fixed constants).
 BAND_SEED = 0xBA9D5EED0C1A5732

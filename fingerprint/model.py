@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +30,8 @@ import numpy as np
 
 from neardup.fingerprint.hashing import U64_MAX, megashingles, supershingles
 
-try:  # SIMD base64 (~50× binascii on a window of signatures); binascii when it is missing
+_simd_b64decode: Callable[..., bytes] | None
+try:  # SIMD base64; binascii when it is missing
     from pybase64 import b64decode as _simd_b64decode
 except ImportError:  # pragma: no cover - pybase64 is a dependency; the fallback keeps results equal
     _simd_b64decode = None
@@ -233,7 +234,8 @@ def read_signatures(objects: Sequence[Any], version: str, num_perm: int
         keep = [k for k, row in enumerate(rows) if row is not None]
         positions = [positions[k] for k in keep]
         counts = [counts[k] for k in keep]
-        matrix = np.vstack([rows[k] for k in keep]) if keep else np.zeros((0, num_perm), "<u8")
+        kept = [row for row in rows if row is not None]
+        matrix = np.vstack(kept) if kept else np.zeros((0, num_perm), "<u8")
     return (np.asarray(positions, np.int64), matrix.astype(np.uint64, copy=False),
             np.asarray(counts, np.int64))
 

@@ -46,7 +46,7 @@ from typing import Literal
 
 import numpy as np
 
-from neardup.fingerprint.hashing import GOLDEN
+from neardup.fingerprint.constants import GOLDEN
 from neardup.fingerprint.model import Fingerprint
 
 Mode = Literal["resemblance", "containment"]
@@ -215,6 +215,7 @@ def similar_pairs(signatures: np.ndarray, counts: np.ndarray, threshold: float,
     else:
         need, bands = 1, k
 
+    found: tuple[np.ndarray, np.ndarray, np.ndarray] | None
     if rows.size <= BROADCAST_LIMIT and bands == k:
         found = _pairs_by_broadcast(signatures, rows, need)
     else:
@@ -226,7 +227,7 @@ def similar_pairs(signatures: np.ndarray, counts: np.ndarray, threshold: float,
     else:
         lo, hi, sim = found
     if mode == "containment":
-        sim = max_containment(sim, counts[lo], counts[hi])
+        sim = np.asarray(max_containment(sim, counts[lo], counts[hi]))
         keep = sim >= threshold
         lo, hi, sim = lo[keep], hi[keep], sim[keep]
     return lo, hi, np.asarray(sim, dtype=np.float64)
@@ -237,7 +238,7 @@ def max_containment(j: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     the containment of the smaller set, ``Ĉ`` with ``min(a, b)`` as denominator. Bit for bit the
     maximum of the two :func:`containment_from_resemblance` values (the numerators are equal and
     rounding is monotone, so the smaller denominator gives the larger quotient), in one call."""
-    return containment_from_resemblance(j, np.minimum(a, b), np.maximum(a, b))
+    return np.asarray(containment_from_resemblance(j, np.minimum(a, b), np.maximum(a, b)))
 
 
 #: Up to this many fingerprinted rows, when every slot is its own band (containment), all pairs

@@ -1,4 +1,4 @@
-"""Fixtures shared by the whole suite live in tests/plugins/ (one module per area)."""
+"""Fixtures shared by the whole suite live in tests/plugins/ (one module per kind of fixture)."""
 
 import logging
 from collections.abc import Iterator

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from neardup.fingerprint.hashing import GOLDEN, fmix64
+from neardup.fingerprint.constants import GOLDEN
+from neardup.fingerprint.hashing import fmix64
 
 U64 = np.uint64
 _SCALE = 2.0 ** -53
