@@ -107,8 +107,8 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
-def graph() -> tuple[list[Import], list[PrivateUse]]:
-    known = modules()
+def graph(known: dict[str, Path] | None = None) -> tuple[list[Import], list[PrivateUse]]:
+    known = modules() if known is None else known
     imports: list[Import] = []
     private: list[PrivateUse] = []
     for source, path in known.items():
@@ -231,12 +231,7 @@ def test_the_checks_can_fail(tmp_path):
         "def f():\n    from neardup.fingerprint import a\n    return a._hidden\n"
         "import neardup.proxy.app as app\n", encoding="utf-8")
     known["neardup.proxy.app"].write_text("", encoding="utf-8")
-    imports: list[Import] = []
-    private: list[PrivateUse] = []
-    for source, path in known.items():
-        found, uses = scan(source, path, known)
-        imports += found
-        private += uses
+    imports, private = graph(known)
     assert [(u.source, u.target, u.name) for u in private] == [
         ("neardup.fingerprint.b", "neardup.fingerprint.a", "_hidden")]
     assert ("neardup.fingerprint.b", "neardup.proxy.app") in {(e.source, e.target) for e in imports}
