@@ -1,10 +1,11 @@
 """Pure fingerprinting core shared by the indexer and the proxy (no I/O, no asyncio).
 
-See :mod:`fingerprint.fingerprinter` for the pipeline, :mod:`fingerprint.canonical` for
-canonical text, :mod:`fingerprint.hashing` for the hash functions and their math,
-:mod:`fingerprint.wordcache` for the word cache, :mod:`fingerprint.jit` for the optional
-compiled kernels (loaded at first use, never at import), :mod:`fingerprint.model` for the stored
-field layout and :mod:`fingerprint.similarity` for the similarity measures.
+See :mod:`neardup.fingerprint.fingerprinter` for the pipeline,
+:mod:`neardup.fingerprint.canonical` for canonical text, :mod:`neardup.fingerprint.hashing` for
+the hash functions and their maths, :mod:`neardup.fingerprint.wordcache` for the word cache,
+:mod:`neardup.fingerprint.jit` for the optional compiled kernels (loaded at first use, never at
+import), :mod:`neardup.fingerprint.model` for the stored field layout and
+:mod:`neardup.fingerprint.similarity` for the similarity measures.
 """
 
 from neardup.fingerprint.fingerprinter import Fingerprinter

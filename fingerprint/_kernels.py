@@ -1,5 +1,6 @@
-"""Compiled (numba) kernels for the hot loops of :mod:`fingerprint.hashing` and
-:mod:`fingerprint.wordcache`. Imported only through :func:`fingerprint.jit.kernels`.
+"""Compiled (numba) kernels for the hot loops of :mod:`neardup.fingerprint.hashing` and
+:mod:`neardup.fingerprint.wordcache`. Imported only through
+:func:`neardup.fingerprint.jit.kernels`.
 
 Each kernel computes exactly the integers of its NumPy reference (named in its docstring):
 all arithmetic is on ``uint64`` and wraps modulo 2^64, every constant is a ``np.uint64``
@@ -59,7 +60,8 @@ def _fmix64(x: np.uint64) -> np.uint64:
 def minhash_segments(shingles, offsets, a, out):
     """``out[d, k] = min(out[d, k], min_x a_k x)`` over ``x ∈ shingles[offsets[d]:offsets[d+1]]``.
 
-    Reference: :func:`fingerprint.hashing.minhash` / :func:`~fingerprint.hashing.minhash_batch`.
+    Reference: :func:`~neardup.fingerprint.hashing.minhash` /
+    :func:`~neardup.fingerprint.hashing.minhash_batch`.
     The K running minima of a document stay in L1; the loop over k is vectorised by LLVM.
     """
     permutations = a.shape[0]
@@ -80,8 +82,8 @@ def fold_minhash(token_hashes, offsets, size, initial, a, out):
     folded into its shingle hash (``h = initial[w]``, then ``h = (h ⊕ t) · C1`` per token,
     ``fmix64``, 0 → 1) and ``out[d]`` is the minimum of ``a_k · h``; no tokens: all-max.
 
-    Reference: :func:`~fingerprint.hashing.shingle_hashes_batch` followed by
-    :func:`~fingerprint.hashing.minhash_batch` (``initial[w]`` is ``seed ⊕ w·φ``).
+    Reference: :func:`~neardup.fingerprint.hashing.shingle_hashes_batch` followed by
+    :func:`~neardup.fingerprint.hashing.minhash_batch` (``initial[w]`` is ``seed ⊕ w·φ``).
     """
     permutations = a.shape[0]
     for d in range(offsets.shape[0] - 1):
@@ -112,9 +114,9 @@ def fold_minhash(token_hashes, offsets, size, initial, a, out):
 def token_ids(codes):
     """(starts, ends, word ids) of the runs of non-space code points.
 
-    Reference: :func:`fingerprint.canonical.token_spans` and
-    :func:`fingerprint.hashing.word_ids`; the polynomial ``Σ c_q B^{e-1-q}`` is evaluated by
-    Horner's rule instead of a prefix sum.
+    Reference: :func:`neardup.fingerprint.canonical.token_spans` and
+    :func:`neardup.fingerprint.hashing.word_ids`; the polynomial ``Σ c_q B^{e-1-q}`` is
+    evaluated by Horner's rule instead of a prefix sum.
     """
     count = 0
     inside = False
@@ -155,7 +157,7 @@ def token_ids(codes):
 def find(keys, values, shift, ids):
     """(values, found) of ``ids`` in an open-addressing table with linear probing.
 
-    Reference: :meth:`fingerprint.wordcache.WordHashCache._find`.
+    Reference: :meth:`neardup.fingerprint.wordcache.WordHashCache._find`.
     """
     mask = keys.shape[0] - 1
     out = np.zeros(ids.shape[0], dtype=np.int64)
@@ -216,7 +218,7 @@ def first_occurrences(ids):
 def insert(keys, values, shift, ids, new_values):
     """Insert distinct ``ids`` (never 0, none in the table) with ``new_values`` by linear
     probing; the table must have a free slot for each. Reference:
-    :meth:`fingerprint.wordcache.WordHashCache._place`."""
+    :meth:`neardup.fingerprint.wordcache.WordHashCache._place`."""
     mask = keys.shape[0] - 1
     for t in range(ids.shape[0]):
         slot = np.int64(ids[t] >> shift)

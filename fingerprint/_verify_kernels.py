@@ -1,10 +1,11 @@
-"""Compiled (numba) kernel of :mod:`fingerprint.verify`; imported only through
-:func:`fingerprint.verify._kernel` (after :func:`fingerprint.jit.kernels` has loaded numba).
+"""Compiled (numba) kernel of :mod:`neardup.fingerprint.verify`; imported only through
+:func:`neardup.fingerprint.verify._kernel` (after :func:`neardup.fingerprint.jit.kernels` has
+loaded numba).
 
 ``pair_intersections`` gives exactly the integers of
-:func:`fingerprint.verify.pair_intersections_numpy` (tests/test_cluster_verify.py): a merge of
-the two sorted arrays of distinct ``uint64`` values of each pair; comparisons are between
-``uint64`` values, so they are unsigned.
+:func:`neardup.fingerprint.verify.pair_intersections_numpy` (tests/test_cluster_verify.py): a
+merge of the two sorted arrays of distinct ``uint64`` values of each pair; comparisons are
+between ``uint64`` values, so they are unsigned.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A document that copies a few paragraphs of another is invisible to resemblance; to find it we
 ask, for a source S, which documents hold at least a share σ of S's shingles. One Bloom filter
-per document wastes space (each is sized for the largest document), so the study packs the
+per document wastes space (each is sized for the largest document), so the filter packs the
 shingles of *several* documents into each fixed-size row until the row reaches its designed
 fill, and keeps an index row → documents. A query counts, per row, how many of the query's
 shingles the row holds; documents in rows holding enough of them are *candidates*, which the

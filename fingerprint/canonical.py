@@ -1,6 +1,6 @@
 """Canonical text: from a raw string to the word tokens that shingles are made of.
 
-The steps, in this order (each switchable in :class:`~fingerprint.params.FingerprintParams`
+The steps, in this order (each switchable in :class:`~neardup.fingerprint.params.FingerprintParams`
 where noted), are part of the scheme and pinned by the golden test:
 
 1. **HTML** (``strip_html``). If the text contains markup — a closing tag (``</x>``), a
@@ -42,16 +42,17 @@ where noted), are part of the scheme and pinned by the golden test:
      English stemmer (PyStemmer), which leaves non-Latin words as they are.
    * ``none``: tokens are kept as they are.
 
-   The stop lists of both languages apply in ``ru`` and ``en`` (:mod:`fingerprint.stopwords`;
-   they cannot collide, and quoted English in Russian text loses its function words too).
+   The stop lists of both languages apply in ``ru`` and ``en``
+   (:mod:`neardup.fingerprint.stopwords`; they cannot collide, and quoted English in Russian
+   text loses its function words too).
 
    With ``lemmatize`` off, words are not lemmatised / stemmed; with ``drop_stopwords`` off,
    nothing is dropped (neither by list nor by part of speech).
 
 The word-level step (5) is a pure function of (language, token); it is cached per process
-in bounded caches (:class:`WordNormaliser` for strings, :mod:`fingerprint.wordcache` for the
-fingerprint path), because word frequencies are Zipfian: after the first few thousand
-documents almost every token is a cache hit.
+in bounded caches (:class:`WordNormaliser` for strings, :mod:`neardup.fingerprint.wordcache` for the
+fingerprint path), because word frequencies are Zipfian: once the frequent words are in,
+almost every token is a cache hit.
 """
 
 from __future__ import annotations
@@ -178,7 +179,7 @@ def _bmp_map() -> np.ndarray:
 
     Letters and digits (``str.isalnum``, exactly the ``[^\\W_]`` of Python's ``re``) map to
     themselves, except ``ё`` → ``е``; :data:`INVISIBLE` characters map to 0 (deleted); every
-    other code point maps to a space. Built once per process (~15 ms).
+    other code point maps to a space. Built once per process.
     """
     table = np.array([c if chr(c).isalnum() else _SPACE for c in range(0x10000)], dtype=np.uint32)
     table[ord("ё")] = ord("е")
@@ -214,7 +215,7 @@ def _fast_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     it to one code point: NFKC(c) = c, canonical combining class 0, not the second element of
     any canonical composition (so it never merges with what precedes it), casefold(c) one
     character, and not one of :data:`INVISIBLE`. ``fold[c]`` is then the final canonical code
-    (``_bmp_map[casefold(c)]``). ``space`` marks whitespace. Built once per process (~0.2 s).
+    (``_bmp_map[casefold(c)]``). ``space`` marks whitespace. Built once per process.
     """
     # Hangul composes algorithmically (not in the decomposition data): L+V → LV, LV+T → LVT.
     second = set(range(0x1161, 0x1176)) | set(range(0x11A8, 0x11C3))
@@ -245,13 +246,12 @@ def canonical_codes(text: str) -> np.ndarray:
     """Steps 2 and 3 as an array: the NFKC-casefolded text as ``uint32`` code points with
     ё → е, invisible characters removed and every non-word character replaced by a space.
 
-    Equal to :func:`canonical_codes_reference`, but NFKC and casefolding (slow: half the time
-    of a whole fingerprint) run only on the whitespace-delimited words that contain a code
-    point that is not stable (see :func:`_fast_tables`); every other code point goes through
-    one table lookup. (Text with many unstable code points is normalised whole.) This is exact:
-    NFKC and casefolding never act across whitespace (a
-    whitespace character is a starter that composes with nothing), and a stable code point
-    is unchanged by NFKC next to other stable ones.
+    Equal to :func:`canonical_codes_reference`, but NFKC and casefolding (string operations,
+    the slow part) run only on the whitespace-delimited words that contain a code point that is
+    not stable (see :func:`_fast_tables`); every other code point goes through one table lookup.
+    (Text with many unstable code points is normalised whole.) This is exact: NFKC and
+    casefolding never act across whitespace (a whitespace character is a starter that composes
+    with nothing), and a stable code point is unchanged by NFKC next to other stable ones.
     """
     stable, fold, space = _fast_tables()
     codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
@@ -325,7 +325,7 @@ _morph_lock = threading.Lock()
 
 
 def morph_analyzer():  # -> pymorphy3.MorphAnalyzer
-    """The process-wide pymorphy3 analyser, created on first use (loading takes ~0.2 s)."""
+    """The process-wide pymorphy3 analyser, created on first use (it loads its dictionaries)."""
     global _morph
     if _morph is None:
         with _morph_lock:

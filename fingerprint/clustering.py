@@ -5,15 +5,16 @@
 connected components of the link graph (single link: a chain of links joins a cluster).
 Empty documents (shingle count 0) are never linked. Exact single-link would compare all
 N(N-1)/2 pairs; here only *candidate* pairs are compared: pairs that share a band key or an
-extra supershingle key of :class:`~fingerprint.lsh.Banding`. Every candidate is verified on
-the full signatures, so no false link is ever made; a true link is missed only when the
-pair shares no key, which for Ĵ ≥ t has probability ``1 - P(candidate | m)`` (≈ 2·10^-6 at
-t = 0.8, K = 84, r = 5, b = 16; see :mod:`fingerprint.lsh`). Since single link needs only
-*one* path between two members, a cluster is split only if every path is missed.
+extra supershingle key of :class:`~neardup.fingerprint.lsh.Banding`. Every candidate is
+verified on the full signatures, so no false link is ever made; a true link is missed only
+when the pair shares no key, which for Ĵ ≥ t has probability ``1 - P(candidate | m)``
+(≈ 2·10^-6 at t = 0.8, K = 84, r = 5, b = 16; see :mod:`neardup.fingerprint.lsh`). Since
+single link needs only *one* path between two members, a cluster is split only if every path
+is missed.
 
-**Iterative scheme** (the LSH clustering study's: rounds lowering the rows per band). Round
-k uses bands of ``r_k`` rows, ``r_1 > r_2 > … > r_final`` (:func:`~fingerprint.lsh.round_rows`),
-and the labels (clusters) found so far. In each bucket (documents with an equal key) only
+**Iterative scheme**: rounds lowering the rows per band. Round k uses bands of ``r_k`` rows,
+``r_1 > r_2 > … > r_final`` (:func:`~neardup.fingerprint.lsh.round_rows`), and the labels
+(clusters) found so far. In each bucket (documents with an equal key) only
 pairs of documents of *different* current clusters are compared: pairs inside one cluster
 are already connected, so skipping them does not change the components. Early rounds (many
 rows) find the near-identical documents with very few candidates; they merge into clusters,
@@ -37,7 +38,7 @@ compared with the next ``window`` representatives in document order (the sorted-
 neighbourhood method). This bounds the work at ``window`` comparisons per member; links
 only reachable through such a bucket may be missed. Capped buckets are counted.
 
-**Verification hook** (``verify``, see :mod:`fingerprint.verify`). By default a candidate is
+**Verification hook** (``verify``, see :mod:`neardup.fingerprint.verify`). By default a candidate is
 linked when its estimate is at least t. With a hook, the candidates whose estimate is at least
 ``t - margin`` (:attr:`ClusterParams.margin`; the banding should then be chosen for
 ``t - margin``) are passed to ``verify(i, j, equal_slots)``, which returns their similarity
@@ -48,7 +49,7 @@ links the hook accepted, so the result equals the components of the final round'
 that pass the estimate floor and the hook. The function stays pure as long as the hook is.
 
 **Labels.** ``labels[d]`` is the smallest document index in d's cluster (so a document
-without links is its own label), as :func:`fingerprint.group_labels` gives.
+without links is its own label), as :func:`neardup.fingerprint.group_labels` gives.
 
 Memory: the signatures, one round's keys (N × bands × 8 bytes) and a bounded chunk of
 candidate pairs at a time (``chunk_pairs``).
@@ -317,9 +318,10 @@ def merge_identical(signatures: np.ndarray, rows: np.ndarray, labels: np.ndarray
     """Join the rows with identical signatures (Ĵ = 1: linked at any threshold) without
     comparing them pairwise; returns the labels and how many rows joined another.
     ``link(members, firsts)`` (optional): which of the pairs (member, first row of its
-    signature) to join; by default all. Rows are grouped by :func:`~fingerprint.similarity.identical_rows`
-    (checked against the rows; in the 2^-64 event of a key collision nothing is joined here and
-    the banding rounds link the copies instead)."""
+    signature) to join; by default all. Rows are grouped by
+    :func:`~neardup.fingerprint.similarity.identical_rows` (checked against the rows; in the
+    2^-64 event of a key collision nothing is joined here and the banding rounds link the
+    copies instead)."""
     group = identical_rows(signatures[rows])       # numbered in the order of their first row
     _, first = np.unique(group, return_index=True)
     firsts = rows[first[group]]
@@ -340,8 +342,9 @@ def cluster_signatures(signatures: np.ndarray, counts: np.ndarray, params: Clust
 
     ``labels`` (optional): clusters known beforehand (each label a member index of its
     cluster), e.g. from an earlier run; they are kept together and refined by merging only.
-    ``verify`` (optional): the verification hook (module docstring, :mod:`fingerprint.verify`);
-    the near-threshold samples then hold the similarities it returned.
+    ``verify`` (optional): the verification hook (module docstring,
+    :mod:`neardup.fingerprint.verify`); the near-threshold samples then hold the similarities
+    it returned.
     """
     signatures = np.asarray(signatures)
     counts = np.asarray(counts)
@@ -458,7 +461,7 @@ def _canonical(labels: np.ndarray) -> np.ndarray:
 
 def linked_pairs_exact(signatures: np.ndarray, counts: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
     """All pairs with Ĵ ≥ threshold by an exact all-pairs comparison of the estimates
-    (:func:`fingerprint.similar_pairs`): the reference the LSH clustering approximates."""
+    (:func:`neardup.fingerprint.similar_pairs`): the reference the LSH clustering approximates."""
     from neardup.fingerprint.similarity import similar_pairs
 
     i, j, _ = similar_pairs(np.asarray(signatures), np.asarray(counts), threshold, "resemblance")

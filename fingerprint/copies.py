@@ -12,14 +12,15 @@ The steps, each a function here so the caller can time them:
    every other. All later steps, verification included, use these *content* sets, so the
    reported share is a share of the source's content shingles.
 2. :func:`build_filter` — every non-empty content set is inserted into a
-   :class:`~fingerprint.bloom.PseudoMatrixBloom`.
-3. :meth:`PseudoMatrixBloom.query <fingerprint.bloom.PseudoMatrixBloom.query>` with each
+   :class:`~neardup.fingerprint.bloom.PseudoMatrixBloom`.
+3. :meth:`PseudoMatrixBloom.query <neardup.fingerprint.bloom.PseudoMatrixBloom.query>` with each
    document as the source (its own rows left out) gives the candidate copiers: a superset of
    every C with |S ∩ C| ≥ σ|S| (a Bloom filter has no false negatives).
 4. :func:`verify` — exact |S ∩ C| of each candidate by one sorted lookup
-   (:func:`~fingerprint.bloom.shared_counts`); pairs with ``|S ∩ C| ≥ max(⌈σ|S|⌉, F)`` are
-   kept, F (``min_shared``) being the fewest shingles that make a fragment: in a source of 20
-   shingles (a title and an embedded video) 5 % is one shingle, a shared phrase, not a copy.
+   (:func:`~neardup.fingerprint.bloom.shared_counts`); pairs with
+   ``|S ∩ C| ≥ max(⌈σ|S|⌉, F)`` are kept, F (``min_shared``) being the fewest shingles that
+   make a fragment: in a source of 20 shingles (a title and an embedded video) 5 % is one
+   shingle, a shared phrase, not a copy.
 
 A pair is ordered: (copier, source). When each of two documents holds σ of the other (the
 same story twice, or a short text mostly quoted by a longer one) both orders are reported;

@@ -1,8 +1,9 @@
 """Corpus statistics for TF-IDF: the document count N and the document frequency of each term.
 
-A term is a 64-bit term hash (see :mod:`fingerprint.tfidf`). df(t) is a sum over documents of
-"the document holds t", so adding documents batch by batch, removing them again, or merging the
-statistics of disjoint parts all give exactly the statistics of the whole set at once.
+A term is a 64-bit term hash (see :mod:`neardup.fingerprint.tfidf`). df(t) is a sum over
+documents of "the document holds t", so adding documents batch by batch, removing them again,
+or merging the statistics of disjoint parts all give exactly the statistics of the whole set at
+once.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The :class:`Fingerprinter`: text → canonical tokens → shingle hashes → :class:`Fingerprint`.
 
-The pipeline (details in :mod:`fingerprint.canonical` and :mod:`fingerprint.hashing`):
+The pipeline (details in :mod:`neardup.fingerprint.canonical` and
+:mod:`neardup.fingerprint.hashing`):
 
 1. canonical tokens (HTML stripped, NFKC, casefolded, stop-words dropped, lemmatised);
 2. token hashes (mmh3, cached per distinct word) → shingle hashes for every window of
@@ -11,10 +12,10 @@ The pipeline (details in :mod:`fingerprint.canonical` and :mod:`fingerprint.hash
 5. ``groups`` supershingles of ``rows`` minhashes each, and one megashingle per pair of
    supershingles.
 
-Memory: text longer than :data:`~fingerprint.canonical.PIECE_CHARS` characters is processed
-piece by piece (see :func:`fingerprint.canonical.plain_pieces`), so the working set is
-bounded by the piece size plus 8 bytes per distinct shingle (needed for the exact
-``shingle_count``) and the input itself. Shingles run across piece boundaries.
+Memory: text longer than :data:`~neardup.fingerprint.canonical.PIECE_CHARS` characters is
+processed piece by piece (see :func:`neardup.fingerprint.canonical.plain_pieces`), so the
+working set is bounded by the piece size plus 8 bytes per distinct shingle (needed for the
+exact ``shingle_count``) and the input itself. Shingles run across piece boundaries.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ class Fingerprinter:
             yield codes, lang
 
     def canonical_tokens(self, text: str, language: str | None = None) -> list[str]:
-        """The canonical words of ``text`` in order (see :mod:`fingerprint.canonical`)."""
+        """The canonical words of ``text`` in order (see :mod:`neardup.fingerprint.canonical`)."""
         out: list[str] = []
         for codes, lang in self._canonical_pieces(text, language):
             words = self.normaliser(lang).normalise_words(split_codes(codes))
@@ -147,7 +148,7 @@ class Fingerprinter:
         """uint64 token hashes of one piece's canonical code points, dropped words removed.
 
         Equal to mmh3 of each of ``canonical_tokens`` (same word step), but without a
-        Python string per token: see :mod:`fingerprint.wordcache`.
+        Python string per token: see :mod:`neardup.fingerprint.wordcache`.
         """
         starts, ends, ids = spans_and_ids(codes)
         if starts.size == 0:
@@ -234,8 +235,8 @@ class Fingerprinter:
         The same values as :meth:`fingerprint_tokens` gives one by one (its ``signature``),
         computed on the concatenation of about :data:`BATCH_TOKENS` tokens at a time: the
         per-document overhead is paid once per batch, and with the compiled kernels
-        (:mod:`fingerprint.jit`) the shingle fold and the MinHash are one pass over the token
-        hashes. Shingle counts are not computed (they need a sort of all shingles);
+        (:mod:`neardup.fingerprint.jit`) the shingle fold and the MinHash are one pass over the
+        token hashes. Shingle counts are not computed (they need a sort of all shingles);
         :meth:`fingerprint_many` has them.
         """
         out = np.empty((len(token_lists), self.params.num_perm), dtype=np.uint64)
@@ -254,15 +255,15 @@ class Fingerprinter:
         """:meth:`token_hashes` of all tokens of ``token_lists`` (list d holds tokens
         ``offsets[d]`` … ``offsets[d + 1] - 1``, ``count = offsets[-1]`` in all) through word
         ids: the tokens joined by spaces into one array of code points, identified with
-        :func:`~fingerprint.hashing.spans_and_ids` and looked up in an id cache (no Python work
-        per token). Falls back to :meth:`token_hashes` for tokens that are empty or contain a
-        space (never the case for canonical tokens): then the spaces are not exactly the
-        ``count - 1`` separators or the runs between them are not ``count``."""
+        :func:`~neardup.fingerprint.hashing.spans_and_ids` and looked up in an id cache (no
+        Python work per token). Falls back to :meth:`token_hashes` for tokens that are empty or
+        contain a space (never the case for canonical tokens): then the spaces are not exactly
+        the ``count - 1`` separators or the runs between them are not ``count``."""
         count = int(offsets[-1])
         if not count:
             return np.empty(0, dtype=np.uint64)
-        # two levels: per document, then the documents (measured 1.7 times faster than one join
-        # over all tokens: the output being written stays in cache); empty lists add no space
+        # two levels, per document and then the documents, so the output being written stays
+        # in cache; empty lists add no space
         joined = " ".join([" ".join(tokens) for tokens in token_lists if tokens])
         codes = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
         starts, ends, ids = spans_and_ids(codes)

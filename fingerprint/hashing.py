@@ -51,8 +51,7 @@ with a NumPy release). Slots are independent in practice: the values of two slot
 related by multiplication by a random odd number, which scrambles all 64 bits; the tests
 check that the spread of the estimate and the observed slot, supershingle and megashingle
 match rates follow the independent-slot formulas, also for documents of a few shingles.
-(An affine ``a_k x + b_k`` behaves the same in those tests and costs a third more: one more
-pass over the K × |A| matrix.)
+(An affine family ``a_k x + b_k`` would cost one more pass over the K × |A| matrix.)
 
 **Supershingle.** Group g (0-based) of R consecutive minhashes ``s_{gR} … s_{gR+R-1}``::
 
@@ -173,7 +172,8 @@ def token_hash(token: str, seed: int) -> int:
 def token_hash_array(tokens: Sequence[str | None], seed: int) -> np.ndarray:
     """``int64`` array of :func:`token_hash` of each token, :data:`DROPPED` for ``None``."""
     hash64 = mmh3.hash64
-    return np.array([DROPPED if t is None else  # token_hash inlined (a call per word costs as much as mmh3)
+    # token_hash inlined: a function call per word would cost as much as the hash itself
+    return np.array([DROPPED if t is None else
                      h if (h := hash64(t.encode("utf-8", "surrogatepass"), seed)[0]) != DROPPED else DROPPED + 1
                      for t in tokens], dtype=np.int64)
 
@@ -230,14 +230,15 @@ def shingle_hashes_batch(token_hashes: np.ndarray, offsets: np.ndarray, size: in
 
 #: Shingles processed per MinHash block (NumPy path): (block × K) uint64 stays in L2 cache.
 BLOCK = 512
-#: Shingles per (K × block) matrix in :func:`minhash_batch` (NumPy path), measured best.
+#: Shingles per (K × block) matrix in :func:`minhash_batch` (NumPy path), a size chosen by the
+#: fingerprint benchmark (docs/benchmarks.md).
 BATCH_BLOCK = 4096
 
 
 def minhash(shingles: np.ndarray, a: np.ndarray) -> np.ndarray:
     """``sig[k] = min_x a_k x mod 2^64`` over the shingle hashes (all-max if none).
 
-    Compiled kernel if available (:mod:`fingerprint.jit`); NumPy: vectorised over a
+    Compiled kernel if available (:mod:`neardup.fingerprint.jit`); NumPy: vectorised over a
     (block × K) matrix per block of :data:`BLOCK` shingles, so memory stays bounded.
     """
     sig = np.full(len(a), U64_MAX, dtype=np.uint64)
@@ -264,8 +265,8 @@ def minhash_batch(shingles: np.ndarray, owner: np.ndarray, documents: int, a: np
     get the all-max signature. Compiled kernel if available. NumPy: consecutive documents
     are taken together until a block holds about :data:`BATCH_BLOCK` shingles; the
     transposed (K × block) matrix ``a_k · x`` (row k is one contiguous SIMD multiply by a
-    scalar) is reduced per document with ``np.minimum.reduceat`` along the rows — three
-    times faster than the (block × K) broadcast of :func:`minhash`.
+    scalar) is reduced per document with ``np.minimum.reduceat`` along the rows, which is
+    faster than the (block × K) broadcast of :func:`minhash`.
     """
     out = np.full((documents, len(a)), U64_MAX, dtype=np.uint64)
     if len(shingles) == 0:
@@ -323,7 +324,7 @@ def signatures_from_token_hashes(token_hashes: np.ndarray, offsets: np.ndarray, 
 
 def spans_and_ids(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(starts, ends, word ids) of the tokens of canonical code points: the spans of
-    :func:`fingerprint.canonical.token_spans` and their :func:`word_ids`, in one compiled
+    :func:`neardup.fingerprint.canonical.token_spans` and their :func:`word_ids`, in one compiled
     pass if available."""
     compiled = kernels()
     if compiled is not None:

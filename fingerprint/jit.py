@@ -1,26 +1,21 @@
-"""Whether the compiled kernels (:mod:`fingerprint._kernels`, numba) are used, loaded lazily.
+"""Whether the compiled (numba) kernels of :mod:`neardup.fingerprint._kernels` are used; lazy loading.
 
-**Decision (measured; bench/RESULTS.md, "Fingerprint").** The issue's target — canonical token
-lists to signatures at ≥ 10× ``datasketch.MinHash.bulk`` on one core — is out of reach for
-NumPy alone. Tuned NumPy (the transposed, cache-blocked K × block MinHash of
-:func:`fingerprint.hashing.minhash_batch`: 0.7 ns per (shingle, permutation) instead of 2.2 ns
-for the (block × K) broadcast; two-level string join; no per-document lists) reaches about
-7×: the MinHash still makes two passes over a K × S temporary, and turning token strings
-into cached token hashes takes ~10 NumPy passes over the code points plus probing rounds.
-The kernels keep a document's K running minima in L1 and fuse the shingle fold with the
-MinHash (0.25 ns per element, one pass over the token hashes), and fuse tokenising, word ids
-and cache probing into one pass over the code points: about 14× in the same run.
+The NumPy functions of :mod:`neardup.fingerprint.hashing` and
+:mod:`neardup.fingerprint.wordcache` are the reference; the kernels stand in for their hot
+loops. NumPy has to make several passes over a K × S temporary for the MinHash, and several
+passes over the code points to turn token strings into cached token hashes. A kernel keeps a
+document's K running minima in L1 cache and folds each shingle and takes its minima in one pass
+over the token hashes, and tokenises, computes word ids and probes the word cache in one pass
+over the code points.
 
 The kernels compute the same integers as the NumPy functions they stand in for (unsigned
 64-bit wrap-around arithmetic; ``tests/test_fingerprint_jit.py`` checks bit-equality on
-random and real inputs), so fingerprints never depend on whether numba is installed. The
-NumPy functions stay the reference and the fallback: if numba cannot be imported, everything
-runs on NumPy (with a warning).
+random and real inputs), so fingerprints never depend on whether numba is installed. If numba
+cannot be imported, everything runs on NumPy (with a warning).
 
-**Cost, once per process** (CPU, measured by ``bench/fingerprint.py``): ``import numba`` ~0.3 s
-and loading the cached machine code ~0.4 s, at the first call that needs a kernel — never at
-``import fingerprint``, so the proxy, which only reads and compares signatures, does not load
-numba at all. Compiling (~3–4 s) happens once per machine and cache directory
+numba is imported at the first call that needs a kernel, never at ``import neardup.fingerprint``,
+so a process that only reads and compares signatures (the proxy) never loads it. The machine
+code is compiled once per machine and cache directory and loaded from there by later processes
 (``cache=True``; ``NUMBA_CACHE_DIR`` chooses the directory).
 """
 
@@ -34,7 +29,8 @@ _enabled = True
 
 
 def kernels() -> ModuleType | None:
-    """:mod:`fingerprint._kernels` if compiled kernels are enabled and importable, else None."""
+    """:mod:`neardup.fingerprint._kernels` if compiled kernels are enabled and importable, else
+    None."""
     if not _enabled:
         return None
     if "module" not in _state:

@@ -4,7 +4,7 @@
 slots (slots ``[k·r, (k+1)·r)`` for band k; the last ``K - b·r`` slots are not used). Each band
 is hashed to one 64-bit *band key*; two documents are a *candidate pair* when they have an
 equal key in at least one band. A slot matches with probability s (the resemblance of the
-shingle sets, see :mod:`fingerprint.hashing`) and slots are independent, so a band matches
+shingle sets, see :mod:`neardup.fingerprint.hashing`) and slots are independent, so a band matches
 with probability ``s^r`` and::
 
     P(candidate | s) = 1 - (1 - s^r)^b                                     (the S-curve)
@@ -30,11 +30,11 @@ that match completely::
 all-pairs comparison of the estimates accepts.
 
 **Band keys** (:meth:`Banding.keys`). Band k of r slots ``x_1 … x_r`` is folded like a
-shingle (see :mod:`fingerprint.hashing`): ``h_0 = seed_k``, ``h_i = (h_{i-1} ⊕ x_i) · C``,
-key = ``fmix64(h_r)``, with ``seed_k = BAND_SEED ⊕ (k + 1)·φ`` so equal slot values in
-different bands give different keys. Each step is a bijection of ``h_{i-1}`` and of ``x_i``,
-so two different slot tuples collide with probability about 2^-64. Vectorised over all
-documents and bands at once.
+shingle (see :mod:`neardup.fingerprint.hashing`): ``h_0 = seed_k``,
+``h_i = (h_{i-1} ⊕ x_i) · C``, key = ``fmix64(h_r)``, with ``seed_k = BAND_SEED ⊕ (k + 1)·φ``
+so equal slot values in different bands give different keys. Each step is a bijection of
+``h_{i-1}`` and of ``x_i``, so two different slot tuples collide with probability about 2^-64.
+Vectorised over all documents and bands at once.
 
 **Supershingles as keys.** A supershingle of the fingerprint scheme is a band of ``R = K / G``
 slots. If group g contains a whole aligned band (``k·r ≥ g·R`` and ``(k+1)·r ≤ (g+1)·R`` for
@@ -100,7 +100,7 @@ def candidate_probability_given_matches(matches: int, num_perm: int, rows: int, 
 
 def needed_matches(threshold: float, num_perm: int) -> int:
     """Equal slots a pair needs for ``Ĵ = m / K ≥ threshold`` (at least 1, as in
-    :func:`fingerprint.similar_pairs`: an estimate of 0 is never similar)."""
+    :func:`neardup.fingerprint.similar_pairs`: an estimate of 0 is never similar)."""
     return max(1, math.ceil(threshold * num_perm - 1e-9))
 
 

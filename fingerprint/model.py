@@ -204,8 +204,9 @@ def read_signatures(objects: Sequence[Any], version: str, num_perm: int
     ``version`` with ``num_perm`` minhashes; the rest are left out ("no fingerprint").
 
     :meth:`Fingerprint.from_source` validates an object completely (it recomputes the
-    supershingles, ~40 µs); grouping needs only ``sig`` and ``n``, so this reads just those,
-    with one strict base64 decode for the whole batch when every text has the exact length.
+    supershingles, the costly part); grouping needs only ``sig`` and ``n``, so this reads just
+    those, with one strict base64 decode for the whole batch when every text has the exact
+    length.
     A malformed ``sig`` drops only its own object.
     """
     text_length = 4 * (-(-8 * num_perm // 3))

@@ -18,8 +18,8 @@ from typing import Literal
 
 #: Bump whenever the algorithm changes in a way that changes fingerprints for the same
 #: parameters (tokeniser, stop lists, hashing, permutation family, supershingle hashing).
-#: 1: first draft (affine permutations, fmix64 shingle chain); 2: the scheme documented in
-#: fingerprint/hashing.py and fingerprint/canonical.py.
+#: Version 2 is the scheme documented in :mod:`neardup.fingerprint.canonical` and
+#: :mod:`neardup.fingerprint.hashing`.
 ALGORITHM_VERSION = 2
 
 Language = Literal["auto", "ru", "en", "none"]
@@ -33,10 +33,10 @@ class FingerprintParams:
     supershingles of ``rows`` minhashes each.
     """
 
-    # Defaults chosen by the quality evaluation (bench/RESULTS.md, "Quality evaluation"):
-    # 3-word shingles keep lightly edited copies above 0.8 more often than 5 or 10 without
-    # more unrelated pairs; 14 supershingles of 6 rows make a shared supershingle a reliable
-    # lookup key at 0.8 (1-(1-0.8^6)^14 = 0.986; 6 of 14 would give 0.24).
+    # Defaults chosen by the quality benchmark (docs/benchmarks.md): short shingles keep lightly
+    # edited copies similar without making unrelated pairs similar; the grouping makes a shared
+    # supershingle a reliable lookup key for a pair of resemblance s = 0.8, which shares one
+    # with probability 1 - (1 - s^rows)^groups.
     shingle_size: int = 3
     num_perm: int = 84
     groups: int = 14

@@ -5,7 +5,7 @@ containment ``C(A, B) = |A∩B| / |A|`` (the share of A found in B). Both are 0 
 empty (an empty document resembles and is contained in nothing).
 
 **Estimated resemblance.** With K minhash slots, each slot matches with probability J
-(see :mod:`fingerprint.hashing`), so the share of equal slots ``Ĵ = m / K`` is an unbiased
+(see :mod:`neardup.fingerprint.hashing`), so the share of equal slots ``Ĵ = m / K`` is an unbiased
 estimate with standard deviation ``sqrt(J(1-J)/K)`` (≤ 0.055 for K = 84).
 
 **Estimated containment.** From Ĵ and the exact shingle counts a = |A|, b = |B|:
@@ -25,10 +25,10 @@ the estimates finds (a key collision only adds a candidate), while unrelated pai
 to share a single slot, common among search hits on one topic, do not become candidates.
 
 Two implementations give the same result. Up to :data:`SORT_LIMIT` rows (search windows),
-:func:`_pairs_by_sorting` does it in ~25 NumPy calls whatever the window holds (each call
-costs microseconds of fixed overhead, more inside a busy server process than the arithmetic
-on ~100 rows): bands of ⌊K/B⌋ slots, the row number stored in each key's low bits so that one
-plain sort replaces an argsort, runs of equal keys followed step by step, no per-copy work.
+:func:`_pairs_by_sorting` does it in a bounded number of NumPy calls whatever the window holds
+(on a window of search hits the fixed cost of a call outweighs its arithmetic): bands of
+⌊K/B⌋ slots, the row number stored in each key's low bits so that one plain sort replaces an
+argsort, runs of equal keys followed step by step, no per-copy work.
 Above it, and when runs of equal keys are very long (many copies of one document),
 :func:`_pairs_sharing_bands` collapses rows with identical signatures first and expands them
 again at the end, so N copies cost N, not N².
@@ -242,8 +242,8 @@ def max_containment(j: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 #: Up to this many fingerprinted rows, when every slot is its own band (containment), all pairs
-#: are compared in one broadcast (:func:`_pairs_by_broadcast`: m²K slot comparisons, ~50k for
-#: the 13 hits of a ``size`` 10 window), cheaper there than enumerating the runs of shared slots.
+#: are compared in one broadcast (:func:`_pairs_by_broadcast`: m²K slot comparisons in one NumPy
+#: call), which for a handful of rows costs less than enumerating the runs of shared slots.
 BROADCAST_LIMIT = 24
 #: Above this many fingerprinted rows, :func:`_pairs_sharing_bands` (which collapses copies
 #: first and needs no (bands × rows) sort with row numbers) is used.
@@ -259,8 +259,7 @@ COLLISIONS_PER_KEY = 8
 def _pairs_by_sorting(signatures: np.ndarray, rows: np.ndarray, need: int, bands: int
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Every pair of ``rows`` with at least ``need`` equal slots: ``(lo, hi, Ĵ)``, lo < hi, sorted
-    by (lo, hi), with few NumPy calls (~25 on a window of search hits), for up to
-    :data:`SORT_LIMIT` rows.
+    by (lo, hi), with a small, bounded number of NumPy calls, for up to :data:`SORT_LIMIT` rows.
 
     **Candidates** are the pairs wholly equal in one of ``bands`` disjoint bands of
     ``w = ⌊K / bands⌋`` slots (the first ``bands × w`` slots; the pigeonhole argument of the

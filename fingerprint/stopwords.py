@@ -8,7 +8,7 @@ lemma / stem, so each list holds the forms that can occur in either place.
   contractions ("don't" → "don", "t"; "we'll" → "we", "ll").
 * Russian: the Snowball Russian stop list (with ё written е, as canonical text has no ё),
   plus the lemmas of its forms. Most Russian function words are also dropped by their
-  pymorphy3 part of speech (see :mod:`fingerprint.canonical`); the list catches the ones the
+  pymorphy3 part of speech (see :mod:`neardup.fingerprint.canonical`); the list catches the ones the
   tagger files under content parts of speech (быть, можно, надо, тоже, …).
 """
 

@@ -4,17 +4,18 @@ Shingles break when a rewriter reorders words or swaps synonyms; a bag of weight
 does not. This module is pure (no I/O) and deterministic.
 
 **Terms.** A document's terms are its canonical tokens
-(:meth:`fingerprint.Fingerprinter.canonical_tokens`: HTML stripped, NFKC, casefolded, ``ё`` → ``е``,
-stop-words dropped, Russian words lemmatised, English words stemmed), optionally mapped by a
-:class:`~fingerprint.synonyms.SynonymMap` so that every member of a synonym group becomes one term. A term is
-identified by its 64-bit token hash (``mmh3.hash64(utf8(term), seed)[0]``, the same hash the
-shingles are built from; :func:`fingerprint.hashing.token_hash`), so statistics and vectors
-never hold strings.
+(:meth:`~neardup.fingerprint.Fingerprinter.canonical_tokens`: HTML stripped, NFKC, casefolded,
+``ё`` → ``е``, stop-words dropped, Russian words lemmatised, English words stemmed), optionally
+mapped by a :class:`~neardup.fingerprint.synonyms.SynonymMap` so that every member of a synonym
+group becomes one term. A term is identified by its 64-bit token hash
+(``mmh3.hash64(utf8(term), seed)[0]``, the same hash the shingles are built from;
+:func:`~neardup.fingerprint.hashing.token_hash`), so statistics and vectors never hold strings.
 
-**Corpus statistics** (:class:`~fingerprint.corpus_stats.CorpusStats`): the number of documents N and, for every term
-hash t, its document frequency df(t) = the number of documents containing t. Adding or removing
-documents only adds or subtracts their distinct terms, so statistics built batch by batch (or
-merged from parts of the corpus) are exactly the statistics of the whole corpus.
+**Corpus statistics** (:class:`~neardup.fingerprint.corpus_stats.CorpusStats`): the number of
+documents N and, for every term hash t, its document frequency df(t) = the number of documents
+containing t. Adding or removing documents only adds or subtracts their distinct terms, so
+statistics built batch by batch (or merged from parts of the corpus) are exactly the statistics
+of the whole corpus.
 
 **Weights.** For a term t occurring tf(t) times in a document::
 
@@ -31,22 +32,19 @@ is bit-identical to the one computed in memory. Rounding moves each normalised w
 **Cosine.** ``cos(a, b) = Σ_t a_t b_t / (‖a‖ ‖b‖)`` over the common terms, with the norms of the
 quantised weights (so cos(a, a) = 1 exactly up to rounding). It is symmetric, in [0, 1] (weights
 are non-negative) and, depending only on term counts, unchanged by any reordering of words or
-sentences. Truncation to the top k terms makes it an approximation of the full-vector cosine;
-``bench/engines.py`` measures the error and chose the default k.
+sentences. Truncation to the top k terms makes it an approximation of the full-vector cosine; the
+default k was chosen by the TF-IDF benchmark (docs/benchmarks.md), which measures that error and
+how well the stored vectors separate rewrites from other articles on the same topic.
 
 **IDF drift.** IDF changes as the corpus grows. A stored vector carries the IDF of the moment
 it was made (the statistics of the index including the batch being indexed); vectors made at
-different times are compared as they are. ``bench/engines.py`` measures the drift on the Russian
-news (``bench/RESULTS.md``): an old document weighted when the index held 1,000 articles against a
-new one weighted with the statistics of all 10,504 moves their cosine by 0.0075 on average (99th
-percentile 0.056), from 2,500 articles on by 0.005; rewrites stay perfectly separated from
-same-topic articles. Applying the current IDF at comparison time would instead need the document
-frequency of every term of every hit at search time. Re-indexing re-weights.
+different times are compared as they are, and re-indexing re-weights. Applying the current IDF
+at comparison time would instead need the document frequency of every term of every hit at
+search time. The benchmark measures how much the drift moves cosines.
 
-**Choice of the stored form.** Measured against the full vector and two sketches of it (simhash,
-weighted MinHash) in ``bench/engines.py``: top-64 separates rewrites from same-topic articles as
-well as any (ROC AUC 1.000), costs 0.1–0.2 ms a document against 1–3 ms for the sketches, and its
-similarity is an exact cosine rather than an estimate.
+**Why top-k terms.** The stored form is the top-k vector rather than a sketch of the full vector
+(simhash, weighted MinHash): its similarity is an exact cosine rather than an estimate, and it is
+cheap to compute; the benchmark compares the alternatives.
 """
 
 from __future__ import annotations
@@ -139,7 +137,8 @@ class TermCounts(ArrayValue):
 def term_counts(tokens: Sequence[str], seed: int, synonyms: SynonymMap | None = None) -> TermCounts:
     """Term frequencies of a canonical token list (after the synonym mapping, if any).
 
-    ``seed`` is the fingerprint scheme's seed (term hash = :func:`~fingerprint.hashing.token_hash`).
+    ``seed`` is the fingerprint scheme's seed (term hash =
+    :func:`~neardup.fingerprint.hashing.token_hash`).
     Each distinct term is hashed once.
     """
     if synonyms is not None and len(synonyms):
@@ -316,9 +315,9 @@ def cosine_pairs(vectors: Sequence[TfidfVector], threshold: float,
 # ---------------------------------------------------------------- one object for a scheme
 
 class TfidfWeigher:
-    """Terms and vectors of texts under one scheme: a :class:`~fingerprint.Fingerprinter` for the
-    canonical tokens, a synonym mapping and :class:`TfidfParams`. Not thread-safe (it shares the
-    fingerprinter's word caches)."""
+    """Terms and vectors of texts under one scheme: a
+    :class:`~neardup.fingerprint.Fingerprinter` for the canonical tokens, a synonym mapping and
+    :class:`TfidfParams`. Not thread-safe (it shares the fingerprinter's word caches)."""
 
     def __init__(self, fingerprinter: Fingerprinter, params: TfidfParams | None = None,
                  synonyms: SynonymMap | None = None) -> None:

@@ -1,12 +1,12 @@
 """Exact verification of candidate pairs from the documents' shingle sets (pure, NumPy; numba optional).
 
-The LSH clustering (:mod:`fingerprint.clustering`) links two documents when their estimated
-resemblance ``Ĵ = m / K`` (m equal slots of K minhashes) is at least the threshold t. The
-estimate is binomial: ``m ~ Bin(K, J)``, standard error ``σ(J) = sqrt(J(1 - J) / K)`` (0.044 at
-J = 0.8, K = 84), so a pair whose *exact* resemblance J is at or just above t falls below t by
+The LSH clustering (:mod:`neardup.fingerprint.clustering`) links two documents when their
+estimated resemblance ``Ĵ = m / K`` (m equal slots of K minhashes) is at least the threshold t.
+The estimate is binomial: ``m ~ Bin(K, J)``, standard error ``σ(J) = sqrt(J(1 - J) / K)`` (0.044
+at J = 0.8, K = 84), so a pair whose *exact* resemblance J is at or just above t falls below t by
 the estimate almost half the time, and a pair just below t is linked as often. Exact single-link
-(the reference of bench/cluster.py) links on J itself. This module makes the clustering link on
-J too, while still comparing only LSH candidates:
+links on J itself. This module makes the clustering link on J too, while still comparing only
+LSH candidates:
 
 1. **Lowered estimate floor.** A candidate must have ``Ĵ ≥ t - δ``, with
 
@@ -22,35 +22,29 @@ J too, while still comparing only LSH candidates:
    z = 5: δ = 0.218 at t = 0.8 (t - δ = 0.582, m_low = 49, ε_est = 1.6·10^-6) and δ = 0.273 at
    t = 0.5 (t - δ = 0.227, m_low = 20, ε_est = 2.4·10^-7).
 
-   **Why z = 5 and not 3** (measured on Reuters, all 1,758 pairs with 0.3 ≤ J < 1 of the stories
-   with a body). The real estimates have a heavier lower tail than the binomial model and are a
-   little low on average (mean (Ĵ - J)/σ(J) = -0.21): 6 pairs fall below -3σ (binomial: 2.4) and
-   one at -4.6σ (J = 0.61, Ĵ = 0.37; the multiplicative family averaged over 20,000 random
-   multipliers gives 0.607 for that pair, so it is the scheme's 84 multipliers being unlucky for
-   it, not a bias of the family). With z = 3 that pair is lost at t = 0.6; with z = 5 the
-   clusters equal exact single-link's on Reuters at every t tried (0.3, 0.4, …, 0.95). The price
-   is more pairs and texts to verify (at t = 0.8: 779 pairs and 1,267 texts instead of 668 and
-   1,113; at t = 0.5: 4,302 and 2,961 instead of 1,857 and 2,127); the candidates compared do not
-   change (same banding). Low thresholds get expensive: at t = 0.3 (t - δ = 0.05, one row per
-   band) 655,000 pairs and 11,478 of the 19,043 texts; ``--verify signature`` is the cheap choice
-   there.
+   **Why z = 5.** Real estimates have a heavier lower tail than the binomial model, so a smaller
+   margin loses pairs the model says it keeps; z = 5 was chosen by the clustering benchmark
+   (docs/benchmarks.md), with which the verified clusters equal exact single-link's at every
+   threshold tried. A wider margin does not change the candidates compared (same banding), only
+   the pairs and texts to verify. At low thresholds t - δ is small and those become many;
+   ``--verify signature`` is the cheap choice there.
 2. **Banding** (:func:`lowered_banding`): the most rows per band whose *banding miss*
 
        ε_band = Σ_{m ≥ m_low} P(Bin(K, t) = m) · (1 - P(candidate | m))     (:func:`banding_miss`)
 
    is at most :data:`BAND_MISS` (10^-3), with ``P(candidate | m)`` of
-   :func:`fingerprint.lsh.candidate_probability_given_matches`: the chance that a pair with
-   J = t passes the floor but shares no band. ``P(candidate | m)`` grows with m and the binomial
-   with J, so ε_band bounds every J ≥ t too. This is the criterion that matters (an S-curve
-   target at s = t - δ would be far too strict: at t = 0.4 it forces one row per band, 3.9 million
-   comparisons on Reuters instead of 45,000). K = 84: 4 rows × 21 bands at t = 0.8 (ε_band =
-   1.6·10^-5), 2 × 42 at t = 0.5 (5.6·10^-6), 7 × 12 at t = 0.9; supershingle groups that hold
-   no whole band are extra keys, as in :class:`~fingerprint.lsh.Banding`.
+   :func:`neardup.fingerprint.lsh.candidate_probability_given_matches`: the chance that a pair
+   with J = t passes the floor but shares no band. ``P(candidate | m)`` grows with m and the
+   binomial with J, so ε_band bounds every J ≥ t too. This is the criterion that matters: an
+   S-curve target at s = t - δ would be far too strict (at low thresholds it forces one row per
+   band, so that any shared slot makes a candidate). K = 84: 4 rows × 21 bands at t = 0.8
+   (ε_band = 1.6·10^-5), 2 × 42 at t = 0.5 (5.6·10^-6), 7 × 12 at t = 0.9; supershingle groups
+   that hold no whole band are extra keys, as in :class:`~neardup.fingerprint.lsh.Banding`.
 3. **Exact resemblance** ``J = |A ∩ B| / |A ∪ B|`` of every candidate passing the floor, from
    the sorted arrays of distinct shingle hashes of the two documents (:func:`exact_resemblances`;
-   the sets the signatures were computed from: :meth:`fingerprint.Fingerprinter.shingles`). A
-   pair is *linked* when ``J ≥ t`` (to within :data:`EPS`, as bench/quality/truth.py decides it).
-4. **Components** of the links (:func:`fingerprint.group_labels`).
+   the sets the signatures were computed from: :meth:`neardup.fingerprint.Fingerprinter.shingles`).
+   A pair is *linked* when ``J ≥ t`` (to within :data:`EPS`).
+4. **Components** of the links (:func:`neardup.fingerprint.group_labels`).
 
 So no pair below t is ever linked (precision against exact single-link is 1), and under the
 binomial model a pair at or above t is lost with probability at most ``ε_est + ε_band`` (about
@@ -60,24 +54,24 @@ the candidates' documents, which must be read and shingled.
 
 :func:`verified_single_link` is the whole method in one pure function (all candidate pairs
 enumerated at once: the reference for tests). ``neardup cluster`` does the same inside the
-iterative rounds of :func:`fingerprint.clustering.cluster_signatures` (its ``verify`` hook,
-which skips pairs already joined; the components are the same), reading the texts of only the
-documents of pairs that need it (:mod:`indexer.cluster_verify`).
+iterative rounds of :func:`neardup.fingerprint.clustering.cluster_signatures` (its ``verify``
+hook, which skips pairs already joined; the components are the same), reading the texts of only
+the documents of pairs that need it (:mod:`neardup.indexer.cluster_verify`).
 
 **Intersections** (:func:`pair_intersections`). The sets of D documents are held as one sorted-
 per-document ``uint64`` array with offsets (:class:`ShingleSets`). The NumPy reference
 concatenates the two sets of each pair of a block, sorts by (pair, value) and counts adjacent
 equal values (a value occurs at most once per set, so a repeat within a pair is a shared
 shingle): O(L log L) for L elements. The compiled kernel (numba, loaded lazily through
-:mod:`fingerprint.jit`, used when compiled kernels are enabled) merges the two sorted arrays of
-each pair in one pass: O(|A| + |B|) per pair. Both give the same integers
+:mod:`neardup.fingerprint.jit`, used when compiled kernels are enabled) merges the two sorted
+arrays of each pair in one pass: O(|A| + |B|) per pair. Both give the same integers
 (tests/test_cluster_verify.py). The kernel is used when numba is loaded already or the work is
-large (:data:`COMPILED_MIN_ELEMENTS`): loading numba costs about a second per process, far more
-than NumPy needs for the few thousand candidate pairs of a collection like Reuters.
+large (:data:`COMPILED_MIN_ELEMENTS`): loading numba costs a process more than NumPy needs for
+the candidate pairs of a small collection.
 
 **Is a text still the one that was fingerprinted?** :func:`set_signatures` recomputes the
 MinHash signatures of shingle sets with NumPy (the integers of
-:func:`fingerprint.hashing.minhash`), so the shell can compare them with the stored ones
+:func:`neardup.fingerprint.hashing.minhash`), so the shell can compare them with the stored ones
 without loading the compiled kernels.
 """
 
@@ -98,12 +92,13 @@ from neardup.fingerprint.similarity import group_labels, pairs_within_runs
 SIGMAS = 5.0
 #: Most the banding may add to the chance of losing a pair with J ≥ t (:func:`lowered_banding`).
 BAND_MISS = 1e-3
-#: Tolerance of the comparison J ≥ t (the one bench/quality/truth.py uses).
+#: Tolerance of the comparison J ≥ t (the clustering's
+#: :data:`~neardup.fingerprint.clustering.VERIFY_EPS`).
 EPS = VERIFY_EPS
 #: Elements (|A| + |B| summed over pairs) handled at once by the NumPy reference.
 BLOCK_ELEMENTS = 1 << 22
 #: Below this many elements the NumPy reference is used unless the compiled kernels are already
-#: loaded: loading numba costs about a second per process, more than NumPy takes for this much.
+#: loaded: loading numba costs a process more than NumPy takes for this much.
 COMPILED_MIN_ELEMENTS = 1 << 24
 #: Shingles per block of :func:`set_signatures` (block × K products at once).
 SIGNATURE_BLOCK = 4096
@@ -174,7 +169,8 @@ class ShingleSets:
 
     @classmethod
     def from_arrays(cls, arrays: Sequence[np.ndarray]) -> ShingleSets:
-        """From sorted arrays of distinct values (as :meth:`Fingerprinter.shingles` returns)."""
+        """From sorted arrays of distinct values (as
+        :meth:`~neardup.fingerprint.Fingerprinter.shingles` returns)."""
         offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
         if arrays:
             np.cumsum([len(a) for a in arrays], out=offsets[1:])
@@ -263,8 +259,8 @@ def pair_intersections(sets: ShingleSets, a: np.ndarray, b: np.ndarray) -> np.nd
 
 def set_signatures(sets: ShingleSets, multipliers: np.ndarray) -> np.ndarray:
     """(D, K) MinHash signatures ``min_{x ∈ set d} a_k·x mod 2^64`` of the sets (all-max for an
-    empty set): the integers :func:`fingerprint.hashing.minhash` gives with the multipliers
-    ``a`` of the scheme (:func:`fingerprint.hashing.multipliers`), computed with NumPy over
+    empty set): the integers :func:`neardup.fingerprint.hashing.minhash` gives with the multipliers
+    ``a`` of the scheme (:func:`neardup.fingerprint.hashing.multipliers`), computed with NumPy over
     blocks of :data:`SIGNATURE_BLOCK` shingles of all sets at once (no compiled kernel to load)."""
     a = np.asarray(multipliers, dtype=np.uint64)
     out = np.full((len(sets), len(a)), np.iinfo(np.uint64).max, dtype=np.uint64)
@@ -338,8 +334,8 @@ def verified_single_link(signatures: np.ndarray, counts: np.ndarray, sets: Shing
 
 
 def set_verifier(sets: ShingleSets) -> PairVerifier:
-    """A :data:`PairVerifier` for :func:`fingerprint.clustering.cluster_signatures` when every
-    document's set is in memory (document d at position d): the exact resemblance."""
+    """A :data:`PairVerifier` for :func:`neardup.fingerprint.clustering.cluster_signatures` when
+    every document's set is in memory (document d at position d): the exact resemblance."""
     def verify(i: np.ndarray, j: np.ndarray, equal: np.ndarray) -> np.ndarray:
         return exact_resemblances(sets, i, j)
     return verify

@@ -1,20 +1,19 @@
 """A bounded cache word id → token hash of the word's canonical form, queried with arrays.
 
-Word frequencies are Zipfian: a few thousand documents in, nearly every token of a new
+Word frequencies are Zipfian: once the frequent words are in, nearly every token of a new
 document has been seen before. The cache answers a whole document at once, with no Python
 work per token: it is an open-addressing hash table with linear probing in two NumPy arrays
 (keys, values). A word id (already a well-mixed 64-bit hash, never 0, which marks an empty
 slot) starts at slot ``id >> (64 - log2 size)``; a lookup gathers the slots of all queries at
 once, and the few that found another key move on to the next slot, round by round. The table
-doubles whenever it is a quarter full, which keeps the rounds few (about 3 per document,
-measured on the Russian news; a sorted array with ``searchsorted`` took 3 times as long and
-a dict 5 times). Only words never seen before are turned into strings and sent through the
-word step (stop list, pymorphy3, stemmer) and mmh3, then inserted the same way.
+doubles whenever it is a quarter full, which keeps the probe sequences, and so the rounds,
+short. Only words never seen before are turned into strings and sent through the word step
+(stop list, pymorphy3, stemmer) and mmh3, then inserted the same way.
 
-Memory is bounded by ``capacity`` entries (at most 128 bytes each with the table at its
-emptiest after doubling; 19 MB for 150,000 words): when the cache would grow past it, it is
-emptied and refills with the words in use. Results never depend on what is cached: a value
-is a pure function of the word.
+Memory is bounded by ``capacity`` entries (at most 128 bytes each, with the table at its
+emptiest just after doubling): when the cache would grow past it, it is emptied and refills
+with the words in use. Results never depend on what is cached: a value is a pure function of
+the word.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ MAX_LOAD = 4
 
 
 class WordHashCache:
-    """word id → signed 64-bit token hash (or :data:`~fingerprint.hashing.DROPPED`)."""
+    """word id → signed 64-bit token hash (or :data:`~neardup.fingerprint.hashing.DROPPED`)."""
 
     def __init__(self, canonical: Callable[[list[str]], list[str | None]], seed: int,
                  capacity: int = 300_000) -> None:

@@ -43,7 +43,8 @@ GOLDEN_FILE = Path(__file__).parent / "golden" / "fingerprints.json"
 # ---- a pure-Python reference of the documented math (fingerprint/hashing.py) -----------
 
 def reference_fingerprint(tokens: list[str], params: FingerprintParams) -> dict:
-    """The fingerprint as the docstrings of fingerprint.hashing define it, with Python ints."""
+    """The fingerprint as the docstrings of :mod:`neardup.fingerprint.hashing` define it, in
+    Python ints."""
     seed, n = params.seed, params.shingle_size
     token_hashes = [mmh3.hash64(t.encode("utf-8"), seed, signed=False)[0] for t in tokens]
     windows = [token_hashes[i:i + n] for i in range(len(token_hashes) - n + 1)] or (
