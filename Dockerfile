@@ -1,7 +1,7 @@
 # neardup: the indexer and the proxy in one image; the command picks the job:
 #   docker run IMAGE proxy            (default)
 #   docker run IMAGE index --index NAME
-# Configure with NEARDUP_<SECTION>__<KEY> environment variables (see README.md).
+# Configure with NEARDUP_<SECTION>__<KEY> environment variables (see docs/configuration.md).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Collection-wide clustering (`neardup cluster`) against exact single-link, and at scale.
 
-    .venv/bin/python bench/cluster.py --es-url http://127.0.0.1:9299 [--results bench/RESULTS.md]
+    .venv/bin/python bench/cluster.py --es-url http://127.0.0.1:9299 [--results docs/benchmarks.md]
 
 **Part 1: the LSH clustering study's table, side by side in one run.** Reuters-21578 stories
 with a body (19,043), in NEWID order; the first 1,000, 10,000 and all of them. Each text is
@@ -481,9 +481,9 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
 
 def render(reuters: dict[str, Any] | None, synthetic: dict[str, Any] | None, command: str) -> str:
     load = os.getloadavg()
-    lines = [SECTION + " (`bench/cluster.py`, clustering area)", "", "```sh", command, "```", "",
+    lines = [SECTION, "", "```sh", command, "```", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} vCPUs shared with Elasticsearch (same host) and with "
-             f"other engineers' work; load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} at the end. "
+             f"whatever else runs there; load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} at the end. "
              "Method and definitions: the docstring of `bench/cluster.py`.", ""]
     if reuters:
         lines += ["### Reuters-21578: exact single-link versus neardup, side by side", "",
@@ -583,7 +583,8 @@ def render(reuters: dict[str, Any] | None, synthetic: dict[str, Any] | None, com
 
 
 def write_section(path: Path, section: str) -> None:
-    """Replace this area's section of RESULTS.md (from its heading to the next ``## ``), or append it."""
+    """Replace this script's section of a Markdown file such as docs/benchmarks.md (from its heading
+    to the next ``## ``), or append it."""
     text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n"
     pattern = re.compile(rf"^{re.escape(SECTION)}\b.*?(?=^## |\Z)", re.S | re.M)
     if pattern.search(text):
@@ -605,7 +606,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="folder for the paragraph pool and the generated signatures")
     parser.add_argument("--report-dir", type=Path, default=Path(tempfile.gettempdir()),
                         help="where the HTML reports of all-Reuters runs go")
-    parser.add_argument("--results", type=Path, help="write the section into this RESULTS.md")
+    parser.add_argument("--results", type=Path, help="also write the section into this Markdown file, replacing its own "
+                        "section (e.g. docs/benchmarks.md)")
     parser.add_argument("--save", type=Path, help="also save the measurements as JSON")
     parser.add_argument("--load", type=Path, nargs="+", default=[],
                         help="render measurements saved by earlier runs (e.g. the two parts run apart)")

@@ -465,7 +465,7 @@ def bloom_section(corpus: Corpus, fp, plants_per_share: int, seed: int, min_shar
     out.append(f"**False-positive rate** of membership, {len(probes):,} random absent keys against each of "
                f"{bloom.rows} rows filled to n*: measured {', '.join(fmt(v, 5) for v in measured)} against the "
                f"formula (1-e^(-kn/m))^k = {fmt(float(formula[0]), 5)} (ratio {fmt(float(measured.mean() / formula.mean()))}; "
-               "the 20 % tolerance of the issue is 40 standard errors at this many trials).")
+               "a 20 % tolerance is 40 standard errors at this many trials).")
     out.append("")
 
     # 2. plant fragments, then the corpus of originals with planted hosts

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Throughput of fingerprinting, on one core, against the issue's targets.
+"""Throughput of fingerprinting, on one core, against its targets.
 
-    taskset -c 1 .venv/bin/python bench/fingerprint.py [--repeat 3] [--results bench/RESULTS.md]
+    taskset -c 1 .venv/bin/python bench/fingerprint.py [--repeat 3] [--results docs/benchmarks.md]
 
 1. **Russian news, cold** (target ≥ 400 articles/s): a fresh process and a fresh
    ``Fingerprinter`` fingerprint title + body of all 9,204 articles, loading the pymorphy3
@@ -293,12 +293,12 @@ def report(ru: dict[str, float], en: dict[str, float], ds: dict[str, float], pai
         SECTION,
         "",
         "```sh",
-        "taskset -c 1 .venv/bin/python bench/fingerprint.py --results bench/RESULTS.md",
+        "taskset -c 1 .venv/bin/python bench/fingerprint.py --results docs/benchmarks.md",
         "```",
         "",
         f"CPU: {cpu_model()}, one core (CPU seconds of the process); Python {platform.python_version()}, "
         f"NumPy {numpy.__version__}, datasketch {datasketch.__version__}. Load average (1/5/15 min) "
-        f"before: {before}, after: {after} — the two cores are shared with other engineers' runs, so "
+        f"before: {before}, after: {after} — the cores are shared with whatever else runs there, so "
         "absolute figures are noisy (±30 % between runs seen); ratios within one run are steadier.",
         "",
         "| measurement | documents | CPU s | documents/s | target |",
@@ -356,16 +356,16 @@ def report(ru: dict[str, float], en: dict[str, float], ds: dict[str, float], pai
         f"{1e9 * (ds['ds_bulk'] - ds['ds_build']) / (ds_docs * ds['shingles'] * 84):.0f} ns); compiled kernels, "
         f"tokens → token hashes {ds['stage_tokens']:.3f} s (joining the strings is most of it), fold + MinHash in "
         f"one pass {ds['stage_minhash']:.3f} s ({1e9 * ds['stage_minhash'] / (ds_docs * ds['shingles'] * 84):.2f} ns "
-        "per element). NumPy alone does not reach 10×, so the kernels (numba, `fingerprint/_kernels.py`) are used; "
-        "they give bit-identical signatures (tests/test_fingerprint_jit.py compares them with the NumPy "
-        "reference on random and real inputs) and NumPy remains the fallback.",
+        "per element). NumPy alone does not reach 10×, so the compiled kernels (numba) are used; they give "
+        "bit-identical signatures (a test compares them with the NumPy reference on random and real inputs) "
+        "and NumPy remains the fallback.",
         "",
         f"One-time cost of the kernels per process (fresh processes, CPU s): `import numba` {ds['jit_import']:.2f} s; "
         f"first call of every kernel with numba's cache filled (loading machine code) {ds['jit_cached']:.2f} s; "
         f"with an empty cache (compiling, once per machine and cache directory) {ds['jit_compile']:.2f} s. Not "
         "included in the signatures/s figures (a per-process constant); included in the Russian cold figure of the "
-        "first table (that is this process's first fingerprinting). `import fingerprint` alone does not load "
-        "numba: the proxy, which only reads signatures, never pays it.",
+        "first table (that is this process's first fingerprinting). Importing the fingerprint package alone does "
+        "not load numba: the proxy, which only reads signatures, never pays it.",
         "",
         "`similar_pairs` (threshold 0.8) on N = 1,000 signatures, CPU ms best of 20, and its pairs against "
         "an all-pairs comparison of the same estimates (target ≤ 5 ms at resemblance 0.8, ≥ 99 % of the pairs):",
@@ -377,7 +377,7 @@ def report(ru: dict[str, float], en: dict[str, float], ds: dict[str, float], pai
           f"{100 * pairs[f'{name}_{mode}_recall']:.0f} % | {pairs[f'{name}_{mode}_extra']} |"
           for name in ("random", "copies") for mode in ("resemblance", "containment")],
         "",
-        "| target (issue 3, one core) | measured | status |",
+        "| target (one core) | measured | status |",
         "|---|---:|---|",
         f"| token lists → signatures ≥ 10× `datasketch.MinHash.bulk` | {ds['ds_bulk'] / ds['ours_signatures']:.1f}× "
         f"| {'met' if ds['ds_bulk'] / ds['ours_signatures'] >= 10 else 'NOT MET'} |",
@@ -391,9 +391,10 @@ def report(ru: dict[str, float], en: dict[str, float], ds: dict[str, float], pai
 
 
 def write_section(path: Path, section: str) -> None:
-    """Replace this area's section of RESULTS.md (from its heading to the next ``## ``), or append it."""
+    """Replace this script's section of a Markdown file such as docs/benchmarks.md (from its heading
+    to the next ``## ``), or append it."""
     text = path.read_text(encoding="utf-8") if path.exists() else (
-        "# Benchmark results\n\nEach area appends its own section below.\n")
+        "# Benchmarks\n")
     pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
     if pattern.search(text):
         text = pattern.sub(lambda _: section + "\n", text, count=1)
@@ -405,7 +406,8 @@ def write_section(path: Path, section: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="repetitions of the datasketch comparison")
-    parser.add_argument("--results", type=Path, help="write the section into this Markdown file")
+    parser.add_argument("--results", type=Path, help="also write the section into this Markdown file, replacing its own "
+                        "section (e.g. docs/benchmarks.md)")
     args = parser.parse_args()
 
     from neardup.corpora import reuters_documents, ru_news_documents

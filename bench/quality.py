@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Quality and speed of neardup against exact ground truth and the methods users pick instead.
 
-    .venv/bin/python bench/quality.py [--quick] [--seed N] [--out bench/plots] [--report FILE]
+    .venv/bin/python bench/quality.py [--quick] [--seed N] [--out docs/images] [--report FILE]
 
 1. **Corpora.** Reuters-21578 (title + body; its natural near-duplicates are corrections and
    re-sends), and the Russian news plus edited copies of a sample of its articles (word
@@ -257,7 +257,7 @@ def truth_groups(truth: Truth, thresholds: Sequence[float], mode: str) -> dict[f
 
 
 def estimate_error(truth: Truth, signatures: np.ndarray, independent: np.ndarray) -> dict[str, float]:
-    """Ĵ - J over the kept pairs: bias, the share within ±0.12 (the fingerprint issue's
+    """Ĵ - J over the kept pairs: bias, the share within ±0.12 (the fingerprint's
     target), and the spread of (Ĵ-J)/sqrt(J(1-J)/K) over document-disjoint pairs (1 when the
     slots behave as independent trials; pairs sharing documents are correlated trials)."""
     k = signatures.shape[1]
@@ -544,7 +544,7 @@ def corpus_report(result: CorpusResult, thresholds: list[float], default_t: floa
                f"{err['z_sd']:.2f} (1 for independent slots; {err['z_sd_all']:.2f} over all pairs, which "
                "are not independent trials where they share documents and text).")
     out.append("")
-    out.append(f"Candidate probability against exact resemblance ([plot](plots/{plot_name})): observed "
+    out.append(f"Candidate probability against exact resemblance ([plot](images/{plot_name})): observed "
                "share of pairs that share a supershingle / megashingle, per resemblance bin, with "
                "95 % Wilson intervals, against the mean theoretical value of the bin's pairs. Only "
                "document-disjoint pairs are counted (a random maximal set of kept pairs in which no "
@@ -625,7 +625,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help="a small sample (3,000 Reuters stories, 1,500 Russian articles + 300 copies)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"edits seed (default {DEFAULT_SEED})")
-    parser.add_argument("--out", type=Path, default=HERE / "plots", help="folder for the PNG plots")
+    parser.add_argument("--out", type=Path, default=HERE.parent / "docs" / "images",
+                        help="folder for the PNG plots (default: docs/images, where docs/benchmarks.md shows them)")
     parser.add_argument("--report", type=Path, help="also write the Markdown report to this file")
     parser.add_argument("--copies", type=int, help="edited copies of Russian articles (default 1,000; quick 300)")
     parser.add_argument("--shingle-sizes", default=",".join(map(str, SHINGLE_SIZES)),
@@ -675,7 +676,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"NumPy {np.__version__}. Scheme `{fp.version}`: shingle {params.shingle_size}, "
              f"{params.num_perm} minhashes as {params.groups}×{params.rows}, threshold {default_t}, "
              f"mode {config.collapse.mode}.", "",
-             f"![precision, recall and F1 by threshold](plots/{score_name})", ""]
+             f"![precision, recall and F1 by threshold](images/{score_name})", ""]
     for result in results:
         lines += corpus_report(result, thresholds, default_t, curve_name)
     if sweep:

@@ -2,7 +2,7 @@
 """Soak test of the collapsing proxy: many clients, a mixed load, minutes on end.
 
     .venv/bin/python bench/soak.py --es http://127.0.0.1:9200 [--minutes 10] [--clients 64]
-                                   [--index NAME] [--results bench/RESULTS.md]
+                                   [--index NAME] [--results docs/benchmarks.md]
 
 1. **Corpus.** Reuters-21578 streamed to ``neardup load`` (fingerprints added on the way in)
    into a fresh index, or an enriched index given with ``--index``. Writes go to a second,
@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 
 from neardup.corpora import reuters_documents  # noqa: E402
 
-SECTION = "## Reliability (`bench/soak.py`, reliability area)"
+SECTION = "## Reliability"
 SAMPLE_SECONDS = 5.0
 REQUEST_TIMEOUT = 120.0
 #: The mix: (operation, weight).
@@ -362,7 +362,8 @@ def command(args: argparse.Namespace) -> str:
 
 
 def write_section(path: Path, text: str) -> None:
-    """Replace (or append) this script's section of RESULTS.md, leaving the others alone."""
+    """Replace (or append) this script's section of a Markdown file such as docs/benchmarks.md,
+    leaving the others alone."""
     current = path.read_text() if path.exists() else "# Benchmark results\n"
     pattern = re.compile(r"^## Reliability\b.*?(?=^## |\Z)", re.S | re.M)
     updated = pattern.sub(lambda _: text + "\n", current) if pattern.search(current) \
@@ -377,7 +378,8 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--index", help="an existing index of Reuters enriched by neardup (not changed)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--results", type=Path, help="write the section into this RESULTS.md")
+    parser.add_argument("--results", type=Path, help="also write the section into this Markdown file, replacing its own "
+                        "section (e.g. docs/benchmarks.md)")
     args = parser.parse_args()
     es = Elasticsearch(args.es, request_timeout=300)
     suffix = uuid.uuid4().hex[:8]

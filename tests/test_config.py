@@ -247,17 +247,19 @@ def test_collapse_overrides_keep_file_order(tmp_path):
     assert collapse_settings_for(load_config(file, environ={}).collapse, "abc")[1] == 0.5
 
 
-# ------------------------------------------------------------------ the README documents every key
+# ------------------------------------------------------------------ the configuration reference documents every key
 
-def test_readme_configuration_reference_matches_the_keys():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_configuration_reference_matches_the_keys():
+    reference = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
     keys = set(flat_keys(Config()))
-    missing = sorted(key for key in keys if f"`{key}`" not in readme)
-    assert not missing, f"README.md does not document: {missing}"
-    reference = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    missing = sorted(key for key in keys if f"`{key}`" not in reference)
+    assert not missing, f"docs/configuration.md does not document: {missing}"
+    variables = {key: "NEARDUP_" + key.upper().replace(".", "__") for key in keys}
+    missing = sorted(name for name in variables.values() if f"`{name}`" not in reference)
+    assert not missing, f"docs/configuration.md does not name the variables: {missing}"
     sections = "|".join(Config.model_fields)
     documented = set(re.findall(rf"`((?:{sections})\.[a-z_]+)`", reference))
-    assert documented <= keys, f"README.md documents keys that do not exist: {sorted(documented - keys)}"
+    assert documented <= keys, f"docs/configuration.md documents keys that do not exist: {sorted(documented - keys)}"
 
 
 # ------------------------------------------------------------------ unreachable upstream

@@ -4,8 +4,8 @@ Elasticsearch with Reuters-21578 enriched, through a proxy with the playground e
 
 What the page shows is checked against the proxy's JSON for the very request the page made
 (it prints the request; the test sends it again itself). Screenshots go to a temporary folder,
-or to ``$NEARDUP_SCREENSHOTS`` when set (``NEARDUP_SCREENSHOTS=bench`` refreshes the README's
-``bench/playground.png``), so an ordinary test run leaves the work tree as it was.
+or to ``$NEARDUP_SCREENSHOTS`` when set (``NEARDUP_SCREENSHOTS=docs/images`` refreshes the
+documentation's ``docs/images/playground.png``), so an ordinary test run leaves the work tree as it was.
 """
 
 from __future__ import annotations

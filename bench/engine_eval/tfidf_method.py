@@ -6,7 +6,7 @@ then each document's stored vector (``fingerprint.tfidf``, default parameters: t
 (scipy; the product's ``cosine_pairs`` does the same with NumPy for the ≤ 1000 hits of a search
 response and is checked against it on a sample). Reported pairs are scored against the exact
 *resemblance* truth like every other method: cosine and Jaccard are different scales, so the
-same t does not mean the same thing (see the engines section of ``bench/RESULTS.md``).
+same t does not mean the same thing (see the TF-IDF section of ``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
