@@ -1,7 +1,9 @@
 # neardup: the two commands of the README are `make demo` and `make test`.
 #
 #   make install        create .venv (if missing) and install neardup with the dev extra
-#   make test           install, start Elasticsearch (scripts/es), run the whole suite, stop it
+#   make test           install, run the checks, start Elasticsearch (scripts/es), run the whole
+#                       suite, stop it
+#   make check          lint (ruff), types (mypy) and the documentation site (mkdocs --strict)
 #   make browser-deps   Debian's chromium + chromedriver for the playground's browser test
 #                       (apt-get, as root; instant when both are installed; run by make test)
 #   make demo           install, start Elasticsearch, load Reuters-21578, enrich it, search
@@ -28,7 +30,7 @@ TEST_ES_HOME := run/es-test
 DEMO_ES_HOME := run/es-demo
 BENCH_ES_HOME := run/es-bench
 
-.PHONY: install browser-deps test demo es-start es-stop es-status bench clean
+.PHONY: install check browser-deps test demo es-start es-stop es-status bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -49,9 +51,15 @@ browser-deps:
 	DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends \
 	  chromium chromium-driver fonts-dejavu-core >/dev/null
 
+# Quick, so they run before the suite: a finding fails the run.
+check: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir run/site
+
 # Exit status is pytest's; "no tests collected" (5) counts as a failure. The node is stopped
 # whatever happens, including Ctrl-C.
-test: install browser-deps
+test: install check browser-deps
 	@trap 'scripts/es stop --home $(TEST_ES_HOME) --purge' EXIT; trap 'exit 130' INT TERM; \
 	scripts/es start --home $(TEST_ES_HOME) --port auto --security off --heap $(ES_HEAP) --fresh >/dev/null || exit 1; \
 	NEARDUP_TEST_ES_URL=$$(scripts/es url --home $(TEST_ES_HOME)) $(PY) -m pytest $(PYTEST_ARGS); \
@@ -73,8 +81,8 @@ es-stop:
 es-status:
 	scripts/es status --port $(ES_PORT)
 
-# The benchmarks of each area against a fresh node; each writes its own section of
-# bench/RESULTS.md when asked (see the scripts' --help). quality.py runs in its --quick form.
+# The benchmarks against a fresh node; each replaces its own section of docs/benchmarks.md
+# when asked (--results docs/benchmarks.md; see the scripts' --help). quality.py runs --quick.
 bench: install
 	@trap 'scripts/es stop --home $(BENCH_ES_HOME) --purge' EXIT; trap 'exit 130' INT TERM; \
 	scripts/es start --home $(BENCH_ES_HOME) --port auto --heap $(ES_HEAP) --fresh >/dev/null || exit 1; \

@@ -71,7 +71,7 @@ PAGE_REQUESTS = (("GET", "/_cat/indices"), ("GET", "/_mapping/field/{field}"), (
 
 
 def _static(name: str) -> bytes:
-    return (resources.files("proxy") / "static" / name).read_bytes()
+    return (resources.files("neardup.proxy") / "static" / name).read_bytes()
 
 
 def settings_for(config: Config, index: str) -> dict[str, Any]:

@@ -1,9 +1,27 @@
 """Fixtures shared by the whole suite live in tests/plugins/ (one module per kind of fixture)."""
 
+import importlib.abc
 import logging
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Sequence
+from types import ModuleType
 
 import pytest
+
+
+class _SubPackagesOnlyThroughNeardup(importlib.abc.MetaPathFinder):
+    """``fingerprint/``, ``indexer/`` and ``proxy/`` are neardup's sub-packages. The checkout's
+    root is on ``sys.path`` during tests, so ``import proxy`` would load a second copy that an
+    installed neardup does not have: refuse it, so such a name fails here and not at a user's."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> None:
+        if fullname.partition(".")[0] in ("fingerprint", "indexer", "proxy"):
+            raise ModuleNotFoundError(f"import neardup.{fullname}, not {fullname}", name=fullname)
+        return None
+
+
+sys.meta_path.insert(0, _SubPackagesOnlyThroughNeardup())
 
 pytest_plugins = ["tests.plugins.elasticsearch", "tests.plugins.corpora"]
 

@@ -92,10 +92,10 @@ def test_the_console_script_runs_from_the_wheel(clean_env: Path, tmp_path: Path)
         assert command in out.stdout
 
 
-def test_the_proxy_serves_from_the_wheel(clean_env: Path, tmp_path: Path, es_url: str) -> None:
+def test_the_proxy_and_its_playground_serve_from_the_wheel(clean_env: Path, tmp_path: Path, es_url: str) -> None:
     port = free_port()
     proxy = subprocess.Popen(
-        [str(clean_env / "bin" / "neardup"), "proxy", "--port", str(port)], cwd=tmp_path,
+        [str(clean_env / "bin" / "neardup"), "proxy", "--port", str(port), "--playground"], cwd=tmp_path,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**{k: v for k, v in os.environ.items() if not k.startswith("NEARDUP_")},
              "NEARDUP_UPSTREAM__URLS": json.dumps([es_url])})
@@ -111,6 +111,8 @@ def test_the_proxy_serves_from_the_wheel(clean_env: Path, tmp_path: Path, es_url
                 assert time.monotonic() < deadline, "the proxy did not answer within 60 s"
                 time.sleep(0.2)
         assert health["status"] in ("green", "yellow") and "cluster_name" in health
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_neardup/", timeout=5) as answer:
+            assert answer.status == 200 and b"<html" in answer.read().lower()
     finally:
         proxy.terminate()
         proxy.wait(timeout=30)
