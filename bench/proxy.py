@@ -61,8 +61,8 @@ sys.path.insert(0, str(ROOT))
 
 from neardup.corpora import reuters_documents  # noqa: E402
 from neardup.fingerprint import FingerprintParams  # noqa: E402
-from neardup.proxy import collapse  # noqa: E402
-from neardup.proxy.fingerprints import default_algorithms  # noqa: E402
+from neardup.proxy.grouping import collapse  # noqa: E402
+from neardup.proxy.grouping.fingerprints import default_algorithms  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 SECTION = "## Proxy"
@@ -201,7 +201,7 @@ def bare_collapse(upstream_body: bytes, size: int, threshold: float = 0.8) -> by
 def with_spares(search_body: bytes) -> tuple[bytes, int]:
     """The search with its ``size`` raised by the proxy's spare hits, and the ``size`` asked for
     (below ``collapse.max_window``, which caps the proxy's first window: the bench's sizes are)."""
-    from neardup.proxy.search import SPARE_MIN, SPARE_PERCENT
+    from neardup.proxy.handlers.search_plan import SPARE_MIN, SPARE_PERCENT
 
     search = msgspec.json.decode(search_body)
     size = search.get("size", 10)
@@ -215,14 +215,14 @@ def reference_server(kind: str, port: int, es_url: str) -> None:
     import uvloop
     from aiohttp import web
 
-    from neardup.proxy import http1
+    from neardup.proxy.transport import http1_client
 
     async def init() -> web.Application:
         app = web.Application()
-        nodes: dict[str, http1.Node] = {}
+        nodes: dict[str, http1_client.Node] = {}
 
         async def start(app: web.Application) -> None:
-            nodes["n"] = http1.Node(es_url, asyncio.Semaphore(100), 5.0, 60.0, ssl.create_default_context())
+            nodes["n"] = http1_client.Node(es_url, asyncio.Semaphore(100), 5.0, 60.0, ssl.create_default_context())
 
         async def handle(request: web.Request) -> web.Response:
             body = await request.read()

@@ -26,9 +26,9 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
 from neardup.config import Config, split_host_port
-from neardup.proxy import errors
 from neardup.proxy.app import create_app, create_ops_app
-from neardup.proxy.errors import error_response
+from neardup.proxy.transport import errors
+from neardup.proxy.transport.errors import error_response
 from neardup.upstream import UpstreamError, check_upstream, without_credentials
 
 log = logging.getLogger("neardup.proxy")

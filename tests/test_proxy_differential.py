@@ -783,7 +783,7 @@ def test_filter_path_filters_as_elasticsearch_does(es_url: str, family_index: Fa
     semantics". Random expressions, applied by :mod:`proxy.filter_path` to Elasticsearch's
     unfiltered answer, give Elasticsearch's filtered answer (objects emptied by an exclusion,
     ``**`` never matching zero levels, ... were found this way)."""
-    from neardup.proxy.filter_path import UnsupportedFilterPath, parse
+    from neardup.proxy.handlers.filter_path import UnsupportedFilterPath, parse
 
     rng = random.Random(f"{SEED}-{endpoint}")
     search = {"query": {"match": {"body": "oil"}}, "size": 4, "_source": ["title", "neardup.v"],

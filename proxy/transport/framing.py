@@ -15,13 +15,19 @@ from collections.abc import Callable, Iterable, Mapping
 
 from aiohttp import web
 
-from neardup.proxy import errors
-from neardup.proxy.params import is_control_header
+from neardup.proxy.transport import errors
 
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
                         "proxy-connection", "te", "trailer", "trailers", "transfer-encoding",
                         "upgrade", "host", "expect"})
+#: The proxy's own request headers (``X-Neardup``, ``X-Neardup-Threshold``...): read by the
+#: proxy, never forwarded.
+CONTROL_HEADER_PREFIX = "x-neardup"
 _COMPAT = re.compile(r"compatible-with\s*=\s*(\d+)", re.I)
+
+
+def is_control_header(name: str) -> bool:
+    return name.lower().startswith(CONTROL_HEADER_PREFIX)
 
 
 def _connection_tokens(headers: Mapping[str, str]) -> set[str]:

@@ -35,7 +35,7 @@ from typing import Literal
 from urllib.parse import unquote_plus
 
 from neardup.config import CollapseConfig, collapse_settings_for
-from neardup.proxy.errors import illegal_argument
+from neardup.proxy.transport.errors import illegal_argument
 
 Mode = Literal["resemblance", "containment", "tfidf"]
 MODES: tuple[Mode, ...] = ("resemblance", "containment", "tfidf")
@@ -43,7 +43,6 @@ MODES: tuple[Mode, ...] = ("resemblance", "containment", "tfidf")
 PARAM_SWITCH, PARAM_THRESHOLD, PARAM_MODE = "neardup", "neardup_threshold", "neardup_mode"
 HEADER_SWITCH, HEADER_THRESHOLD, HEADER_MODE = "X-Neardup", "X-Neardup-Threshold", "X-Neardup-Mode"
 PARAM_SOURCE, HEADER_SOURCE = "neardup_source", "X-Neardup-Source"
-HEADER_PREFIX = "x-neardup"
 _HEADER_OF = {PARAM_SWITCH: HEADER_SWITCH, PARAM_THRESHOLD: HEADER_THRESHOLD, PARAM_MODE: HEADER_MODE,
               PARAM_SOURCE: HEADER_SOURCE}
 _SWITCH_VALUES = {"on": True, "true": True, "off": False, "false": False}
@@ -202,10 +201,6 @@ def parse_controls(raw_query: str, headers: Mapping[str, str]
                         values.get(PARAM_MODE), values.get(PARAM_SOURCE))  # type: ignore[arg-type]
     changed = len(kept) != len(parts)
     return controls, join_query(kept) if changed else raw_query, bool(values)
-
-
-def is_control_header(name: str) -> bool:
-    return name.lower().startswith(HEADER_PREFIX)
 
 
 def resolve(controls: Controls, config: CollapseConfig, index: str,

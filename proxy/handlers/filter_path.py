@@ -28,8 +28,8 @@ from typing import Any
 
 from msgspec import Raw
 
-from neardup.proxy.glob import glob_match
-from neardup.proxy.rawjson import materialize
+from neardup.proxy.handlers.glob import glob_match
+from neardup.proxy.transport.rawjson import materialize
 
 _DROP = object()
 

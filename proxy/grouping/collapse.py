@@ -27,8 +27,8 @@ from typing import Any, Literal
 import numpy as np
 from msgspec import Raw
 
-from neardup.proxy import tfidf
-from neardup.proxy.rawjson import source_fingerprint
+from neardup.proxy.grouping import tfidf_groups
+from neardup.proxy.transport.rawjson import source_fingerprint
 
 GROUP_FIELD = "neardup.group"
 INNER_HITS_NAME = "neardup"
@@ -169,9 +169,9 @@ def group(hits: Sequence[Any], channel: Channel, threshold: float, mode: Mode,
     and how many hits had a usable fingerprint. Hits without one are groups of one.
     """
     n = len(hits)
-    if mode == tfidf.MODE:  # TF-IDF cosine of the stored vectors instead of signatures
+    if mode == tfidf_groups.MODE:  # TF-IDF cosine of the stored vectors instead of signatures
         _check_and_read(hits, 0, channel, None)
-        fingerprinted, i, j = tfidf.vector_pairs([tfidf.stored_vector(hit, channel) for hit in hits],
+        fingerprinted, i, j = tfidf_groups.vector_pairs([tfidf_groups.stored_vector(hit, channel) for hit in hits],
                                                  threshold, algorithms.tfidf_version)
     else:
         state, stored = _window_read(hits, channel, algorithms.read)

@@ -33,8 +33,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from neardup.proxy.collapse import GROUP_FIELD, INNER_HITS_NAME, SUMMARY_KEY, CollapseError, strip_fields, suggestion_options
-from neardup.proxy.glob import glob_match
+from neardup.proxy.grouping.collapse import (
+    GROUP_FIELD,
+    INNER_HITS_NAME,
+    SUMMARY_KEY,
+    CollapseError,
+    strip_fields,
+    suggestion_options,
+)
+from neardup.proxy.handlers.glob import glob_match
 
 CLUSTER_FIELD = "neardup.cluster"
 META_KEY = "neardup_clusters"

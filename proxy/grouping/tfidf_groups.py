@@ -22,7 +22,7 @@ from msgspec import Raw
 
 from neardup.fingerprint import FIELD
 from neardup.fingerprint.tfidf import TF_FIELD, TfidfFormatError, TfidfVector, cosine_pairs
-from neardup.proxy.rawjson import source_vector
+from neardup.proxy.transport.rawjson import source_vector
 
 MODE = "tfidf"
 TF_KEYS = ("v", "t", "w")

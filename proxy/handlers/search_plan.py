@@ -32,9 +32,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from neardup.proxy import collapse, filter_path, tfidf
-from neardup.proxy.glob import glob_match
-from neardup.proxy.params import Settings, has_invalid_escape
+from neardup.proxy.grouping import collapse, similarity, tfidf_groups
+from neardup.proxy.handlers import filter_path
+from neardup.proxy.handlers.glob import glob_match
+from neardup.proxy.handlers.params import Settings, has_invalid_escape
 
 #: Query-string parameters the proxy takes over on a collapsed search.
 _TAKEN_PARAMS = frozenset({"from", "size", "filter_path", "source", "source_content_type"})
@@ -153,7 +154,7 @@ def _suggest_only(body: dict[str, Any], query: dict[str, str]) -> bool:
 
 def fingerprint_fields_for(mode: str) -> tuple[str, ...]:
     """The stored fields grouping reads in ``mode``: the TF-IDF vector in ``tfidf`` mode."""
-    return tfidf.TFIDF_FIELDS if mode == tfidf.MODE else FINGERPRINT_FIELDS
+    return tfidf_groups.TFIDF_FIELDS if mode == tfidf_groups.MODE else FINGERPRINT_FIELDS
 
 
 def _matches_fingerprint(patterns: Sequence[str], names: Sequence[str] = FINGERPRINT_FIELDS) -> list[str]:
@@ -397,3 +398,10 @@ def _aggregation_results(aggs: dict[str, Any], results: dict[str, Any]
 
 def apply_filter(plan_filter: filter_path.FilterPath | None, response: Any) -> Any:
     return plan_filter.apply(response) if plan_filter is not None else response
+
+
+def annotate_page(window: Window, groups: Sequence[Sequence[int]], read: collapse.Reader) -> None:
+    """:func:`proxy.grouping.similarity.annotate` the groups of the page ``window`` will show."""
+    plan = window.plan
+    similarity.annotate(window.hits, groups[plan.start:plan.start + plan.size], plan.channel,
+                        plan.settings.mode, read)

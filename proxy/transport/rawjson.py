@@ -38,7 +38,7 @@ import msgspec
 import numpy as np
 from msgspec import Raw
 
-from neardup.proxy import jsonio
+from neardup.proxy.transport import jsonio
 
 _OBJECT = msgspec.json.Decoder(dict[str, Raw])
 _ANY = msgspec.json.Decoder()
