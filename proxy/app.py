@@ -77,6 +77,7 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     request[OUTCOME] = None
     limit = state.config.proxy.max_in_flight
     counted = bool(limit) and not (request.raw_path.startswith("/_neardup/") and request.path in NEVER_SHED)
+    response: web.StreamResponse
     if counted and state.admitted >= limit:
         response = _shed(request, state, limit)
     else:
@@ -197,10 +198,11 @@ def create_app(config: Config, algorithms: Algorithms | None = None,
     app[framing.MAX_BODY_BYTES] = config.proxy.max_body_bytes
     app[framing.EXPECT_REFUSED] = _account_refused_expectation
     ops_elsewhere = bool(config.proxy.ops_address)   # then create_ops_app serves them
-    app.router.add_get("/_neardup/health", ops_moved if ops_elsewhere else health, allow_head=True, **framing.EXPECT)
-    app.router.add_get("/_neardup/metrics", ops_moved if ops_elsewhere else metrics, allow_head=True, **framing.EXPECT)
+    expect = framing.expect_continue
+    app.router.add_get("/_neardup/health", ops_moved if ops_elsewhere else health, allow_head=True, expect_handler=expect)
+    app.router.add_get("/_neardup/metrics", ops_moved if ops_elsewhere else metrics, allow_head=True, expect_handler=expect)
     playground.register(app, config)
-    app.router.add_route("*", "/{tail:.*}", proxy_request, **framing.EXPECT)
+    app.router.add_route("*", "/{tail:.*}", proxy_request, expect_handler=framing.expect_continue)
 
     async def start(app: web.Application) -> None:
         await app[STATE].upstream.start()
@@ -220,7 +222,7 @@ def create_ops_app(main: web.Application) -> web.Application:
     ops = web.Application(middlewares=[observe])
     ops[STATE] = main[STATE]
     ops[framing.EXPECT_REFUSED] = _account_refused_expectation
-    ops.router.add_get("/_neardup/health", health, allow_head=True, **framing.EXPECT)
-    ops.router.add_get("/_neardup/metrics", metrics, allow_head=True, **framing.EXPECT)
+    ops.router.add_get("/_neardup/health", health, allow_head=True, expect_handler=framing.expect_continue)
+    ops.router.add_get("/_neardup/metrics", metrics, allow_head=True, expect_handler=framing.expect_continue)
     playground.register_ops(ops, ops[STATE].config, proxy_request)
     return ops

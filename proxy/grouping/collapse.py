@@ -27,6 +27,7 @@ from typing import Any, Literal
 import numpy as np
 from msgspec import Raw
 
+from neardup.fingerprint.similarity import Mode as SignatureMode
 from neardup.proxy.grouping import tfidf_groups
 from neardup.proxy.transport.rawjson import source_fingerprint
 
@@ -56,7 +57,7 @@ Signatures = tuple[np.ndarray, np.ndarray, np.ndarray]
 #: ``read(stored fingerprint objects or None) -> Signatures`` (:mod:`proxy.fingerprints`).
 Reader = Callable[[Sequence[Any]], Signatures]
 #: ``similar_pairs(signatures, counts, threshold, mode) -> (i, j, sim)`` (fingerprint package).
-PairFinder = Callable[[np.ndarray, np.ndarray, float, str], tuple[np.ndarray, np.ndarray, np.ndarray]]
+PairFinder = Callable[[np.ndarray, np.ndarray, float, SignatureMode], tuple[np.ndarray, np.ndarray, np.ndarray]]
 #: ``group_labels(n, i, j) -> labels`` (fingerprint package).
 Labeller = Callable[[int, np.ndarray, np.ndarray], np.ndarray]
 
@@ -80,7 +81,7 @@ def stored_fingerprint(hit: dict[str, Any], channel: Channel) -> Any:
     fields = hit.get("fields")
     if not isinstance(fields, dict):
         return None
-    values = {key: fields.get(f"{FINGERPRINT_FIELD}.{key}") for key in FINGERPRINT_KEYS}
+    values: dict[str, Any] = {key: fields.get(f"{FINGERPRINT_FIELD}.{key}") for key in FINGERPRINT_KEYS}
     if not all(isinstance(values[k], list) and len(values[k]) == 1 for k in ("v", "sig", "n")):
         return None
     return {"v": values["v"][0], "sig": values["sig"][0], "n": values["n"][0]}
@@ -206,7 +207,7 @@ def group_key(hit: dict[str, Any]) -> str:
 
 
 def _max_score(hits: Sequence[dict[str, Any]]) -> float | None:
-    scores = [h.get("_score") for h in hits if isinstance(h.get("_score"), (int, float))]
+    scores = [score for h in hits if isinstance(score := h.get("_score"), (int, float))]
     return max(scores) if scores else None
 
 

@@ -15,7 +15,7 @@ and ``neardup.tf.w``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 from msgspec import Raw
@@ -24,7 +24,7 @@ from neardup.fingerprint import FIELD
 from neardup.fingerprint.tfidf import TF_FIELD, TfidfFormatError, TfidfVector, cosine_pairs
 from neardup.proxy.transport.rawjson import source_vector
 
-MODE = "tfidf"
+MODE: Final = "tfidf"
 TF_KEYS = ("v", "t", "w")
 #: The ``fields`` the proxy asks for in tfidf mode when the client does not get ``_source``.
 TFIDF_FIELDS = tuple(f"{FIELD}.{TF_FIELD}.{key}" for key in TF_KEYS)
@@ -44,7 +44,7 @@ def stored_vector(hit: Any, channel: str) -> Any:
     fields = hit.get("fields")
     if not isinstance(fields, dict):
         return None
-    values = [fields.get(name) for name in TFIDF_FIELDS]
+    values: list[Any] = [fields.get(name) for name in TFIDF_FIELDS]
     if not all(isinstance(v, list) and len(v) == 1 for v in values):
         return None
     return {key: value[0] for key, value in zip(TF_KEYS, values)}
@@ -70,7 +70,7 @@ def vector_pairs(stored: Sequence[Any], threshold: float, version: str
     empty = np.empty(0, dtype=np.int64)
     if len(positions) < 2:
         return positions, empty, empty
-    i, j, _ = cosine_pairs([parsed[k] for k in positions.tolist()], threshold)  # type: ignore[misc]
+    i, j, _ = cosine_pairs([parsed[k] for k in positions.tolist()], threshold)
     return positions, np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64)
 
 

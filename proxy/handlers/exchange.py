@@ -38,8 +38,9 @@ def json_headers(request: web.Request) -> list[tuple[str, str]]:
     """:func:`upstream_headers` for a JSON search body: the client's JSON ``Content-Type``, else
     one matching its ``Accept`` (Elasticsearch wants the same ``compatible-with`` on both)."""
     content_type = request.headers.get("Content-Type")
-    return upstream_headers(request, content_type if framing.is_json(content_type)
-                            else framing.json_content_type_for(request.headers.get("Accept")))
+    if content_type is None or not framing.is_json(content_type):
+        content_type = framing.json_content_type_for(request.headers.get("Accept"))
+    return upstream_headers(request, content_type)
 
 
 async def fetch(state: ProxyState, incoming: Incoming, path_qs: str,

@@ -58,7 +58,8 @@ class FilterPath:
 
 def parse(expression: str) -> FilterPath | None:
     """Compile a ``filter_path`` value; ``None`` if it filters nothing."""
-    includes, excludes = [], []
+    includes: list[tuple[str, ...]] = []
+    excludes: list[tuple[str, ...]] = []
     for raw in expression.split(","):
         item = raw.strip()
         if not item:

@@ -248,8 +248,9 @@ def pushdown_response(response: Any, body: Mapping[str, Any], threshold: float, 
     keep_cluster_field = _asked_for_cluster(body)
     collapsed = 0
     for hit in hits:
-        fields = hit.get("fields") if isinstance(hit, dict) else None
-        group = fields.get(CLUSTER_FIELD) if isinstance(fields, dict) else None
+        given = hit.get("fields") if isinstance(hit, dict) else None
+        fields: dict[str, Any] = given if isinstance(given, dict) else {}
+        group = fields.get(CLUSTER_FIELD)
         inner = ((hit.get("inner_hits") or {}).get(INNER_HITS_NAME) or {}).get("hits")
         if not isinstance(group, list) or not group or not isinstance(group[0], str) \
                 or not isinstance(inner, dict) or not isinstance(inner.get("hits"), list):
@@ -263,7 +264,7 @@ def pushdown_response(response: Any, body: Mapping[str, Any], threshold: float, 
         count = (total.get("value") if isinstance(total, dict) else total)
         others = max(int(count) - 1, len(members)) if isinstance(count, int) else len(members)
         collapsed += others
-        scores = [h.get("_score") for h in members if isinstance(h.get("_score"), (int, float))]
+        scores = [score for h in members if isinstance(score := h.get("_score"), (int, float))]
         hit["inner_hits"][INNER_HITS_NAME] = {"hits": {
             "total": others if total_as_int else {"value": others, "relation": "eq"},
             "max_score": max(scores) if scores else None, "hits": members}}

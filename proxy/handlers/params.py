@@ -151,7 +151,7 @@ def _parse_mode(name: str, value: str) -> Mode:
     if mode not in MODES:
         raise illegal_argument(f"Failed to parse value [{value}] for parameter [{name}]: "
                                f"must be one of [{', '.join(MODES)}]")
-    return mode  # type: ignore[return-value]
+    return mode
 
 
 def _parse_source(name: str, value: str) -> str:
@@ -212,8 +212,8 @@ def resolve(controls: Controls, config: CollapseConfig, index: str,
     request gives one, is ``tfidf_threshold`` (``tfidf.threshold``: a cosine, another scale than
     the shingle similarities of ``collapse.threshold``).
     """
-    enabled, threshold, mode = collapse_settings_for(config, index.split(",", 1)[0].strip())
-    mode = controls.mode if controls.mode is not None else mode
+    enabled, threshold, configured_mode = collapse_settings_for(config, index.split(",", 1)[0].strip())
+    mode: Mode = controls.mode if controls.mode is not None else configured_mode
     if mode == "tfidf" and tfidf_threshold is not None:
         threshold = tfidf_threshold
     return Settings(

@@ -95,9 +95,9 @@ def _not_found(app: web.Application, reason: str) -> None:
         request[ROUTE] = "playground"
         raise errors.ProxyError(404, "resource_not_found_exception", reason)
 
-    app.router.add_get("/_neardup", not_found, allow_head=True, **framing.EXPECT)
-    app.router.add_get(PAGE_PATH, not_found, allow_head=True, **framing.EXPECT)
-    app.router.add_get(ASSET_PREFIX + "{name:.*}", not_found, allow_head=True, **framing.EXPECT)
+    app.router.add_get("/_neardup", not_found, allow_head=True, expect_handler=framing.expect_continue)
+    app.router.add_get(PAGE_PATH, not_found, allow_head=True, expect_handler=framing.expect_continue)
+    app.router.add_get(ASSET_PREFIX + "{name:.*}", not_found, allow_head=True, expect_handler=framing.expect_continue)
 
 
 def register(app: web.Application, config: Config) -> None:
@@ -117,7 +117,7 @@ def register_ops(ops: web.Application, config: Config, forward: Handler) -> None
         return
     _serve(ops, config)
     for method, path in PAGE_REQUESTS:
-        ops.router.add_route(method, path, forward, **framing.EXPECT)
+        ops.router.add_route(method, path, forward, expect_handler=framing.expect_continue)
 
 
 def _serve(app: web.Application, config: Config) -> None:
@@ -137,8 +137,8 @@ def _serve(app: web.Application, config: Config) -> None:
         request[ROUTE] = "playground"
         name = request.match_info["name"]
         if name == "settings":
-            body = settings_for(config, request.query.get("index", ""))
-            return web.Response(body=jsonio.dumps(body), content_type="application/json",
+            settings = settings_for(config, request.query.get("index", ""))
+            return web.Response(body=jsonio.dumps(settings), content_type="application/json",
                                 headers=SECURITY_HEADERS)
         if name not in assets:
             raise errors.ProxyError(404, "resource_not_found_exception",
@@ -146,6 +146,6 @@ def _serve(app: web.Application, config: Config) -> None:
         body, content_type = assets[name]
         return web.Response(body=body, headers={**SECURITY_HEADERS, "Content-Type": content_type})
 
-    app.router.add_get("/_neardup", redirect, allow_head=True, **framing.EXPECT)
-    app.router.add_get(PAGE_PATH, serve_page, allow_head=True, **framing.EXPECT)
-    app.router.add_get(ASSET_PREFIX + "{name:.*}", serve_asset, allow_head=True, **framing.EXPECT)
+    app.router.add_get("/_neardup", redirect, allow_head=True, expect_handler=framing.expect_continue)
+    app.router.add_get(PAGE_PATH, serve_page, allow_head=True, expect_handler=framing.expect_continue)
+    app.router.add_get(ASSET_PREFIX + "{name:.*}", serve_asset, allow_head=True, expect_handler=framing.expect_continue)

@@ -181,7 +181,8 @@ def plan_search(body: dict[str, Any], params: list[tuple[str, str, str]], settin
     body_start, body_size = _body_int(body.get("from", 0)), _body_int(body.get("size", 10))
     start = _query_int(query["from"]) if "from" in query else body_start
     size = _query_int(query["size"]) if "size" in query else body_size
-    if any(number is None or number < 0 for number in (body_start, body_size, start, size)):
+    if body_start is None or body_size is None or start is None or size is None \
+            or min(body_start, body_size, start, size) < 0:
         return Skip("invalid_from_size")  # Elasticsearch answers it
     if size == 0:
         return Skip("size_0")

@@ -188,11 +188,9 @@ async def expect_continue(request: web.BaseRequest) -> web.StreamResponse | None
 def _refuse_expectation(request: web.BaseRequest, error: errors.ProxyError) -> web.StreamResponse:
     response = encoded_for(request, errors.error_response(error))
     response.force_close()   # the client may send the body anyway: do not read it as a request
-    hook = request.app.get(EXPECT_REFUSED) if isinstance(request, web.Request) else None
-    if hook is not None:
-        hook(request, response)
+    if isinstance(request, web.Request):
+        hook = request.app.get(EXPECT_REFUSED)
+        if hook is not None:
+            hook(request, response)
     return response
 
-
-#: Route options: every route of the proxy answers ``Expect`` with :func:`expect_continue`.
-EXPECT = {"expect_handler": expect_continue}

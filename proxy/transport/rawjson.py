@@ -51,7 +51,8 @@ class _Hits(msgspec.Struct, forbid_unknown_fields=True):
     """A search response's ``hits`` object (Elasticsearch writes these three keys, in this
     order); any other key makes the decode fail, and the response goes the general way."""
 
-    total: Raw = None  # type: ignore[assignment]  (absent: None; JSON null: Raw(b"null"))
+    # Absent: None; JSON null: Raw(b"null"). (msgspec decodes no ``Raw | None`` union.)
+    total: Raw = None  # type: ignore[assignment]
     max_score: Raw = None  # type: ignore[assignment]
     hits: list[dict[str, Raw]] | None = None
 
