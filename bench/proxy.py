@@ -25,7 +25,7 @@
    (``/proc/<pid>/stat``; the node's pid from ``GET _nodes/_local/process``) over each run,
    divided by the number of requests. The load generator, the proxy and Elasticsearch share the
    machine's cores.
-5. **Grouping micro-benchmark.** The proxy's grouping (``proxy.collapse.group``: signature read,
+5. **Grouping micro-benchmark.** The proxy's grouping (``proxy.grouping.collapse.group``: signature read,
    ``similar_pairs``, ``group_labels``) of the first 1,000 hits of real queries at threshold 0.8:
    CPU milliseconds, and the recall of its pairs against an all-pairs comparison of the same
    signatures.
@@ -122,7 +122,7 @@ def start_proxy(es_url: str, workers: int = 1) -> tuple[subprocess.Popen[str], s
 
 
 #: The reference proxies run beside ``neardup proxy`` in every setting, on the same stack as it
-#: (aiohttp's server, one pooled upstream exchange over :mod:`proxy.http1`, uvloop):
+#: (aiohttp's server, one pooled upstream exchange over :mod:`proxy.transport.http1_client`, uvloop):
 #:
 #: * the *floor* does nothing: the body read, sent upstream, the upstream bytes answered. What
 #:   the hop alone costs on this machine.
@@ -411,7 +411,7 @@ def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str,
              "`title` with three words of a real title; every setting sends the same queries "
              f"directly, through `neardup proxy` ({workers} worker{'s' if workers > 1 else ''}) and "
              "through three reference proxies on the same stack (aiohttp's server, one pooled upstream "
-             "exchange over `proxy.http1`): the *floor*, which does nothing (the upstream bytes "
+             "exchange over `proxy.transport.http1_client`): the *floor*, which does nothing (the upstream bytes "
              "answered); *spares*, the floor asking for the same spare hits as the proxy (13 for 10, "
              "112 for 100) and answering the upstream bytes unread; and the *bare* collapse, which "
              "does only what any collapsing proxy must (the spare hits asked for, the answer decoded "
@@ -443,7 +443,7 @@ def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str,
               "queries on `body`, threshold 0.8, garbage collector as in a proxy worker): "
               "`fingerprint.similar_pairs` + `group_labels` "
               f"{grouping['core_ms_mean']:.2f} ms CPU mean ({grouping['core_ms_max']:.2f} max); the proxy's "
-              "whole `proxy.collapse.group` (reading 1,000 signatures out of the hits, pairs, labels, "
+              "whole `proxy.grouping.collapse.group` (reading 1,000 signatures out of the hits, pairs, labels, "
               f"member lists) {grouping['cpu_ms_mean']:.2f} ms mean ({grouping['cpu_ms_max']:.2f} max); "
               f"pairs found {grouping['pairs_found']} of "
               f"{grouping['pairs_all_pairs']} an all-pairs comparison of the same signatures finds "

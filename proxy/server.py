@@ -4,6 +4,11 @@ The parent binds the listening socket once and forks the workers, which all acce
 kernel spreads connections between them). SIGTERM or SIGINT makes every worker stop accepting,
 finish the requests in flight (up to ``proxy.shutdown_timeout`` seconds) and exit; the parent
 forwards the signal and waits. A worker that dies on its own is replaced.
+
+Requests aiohttp cannot parse never reach the application: aiohttp answers them itself, with
+no public hook for the answer. :class:`ElasticErrorRequestHandler` (aiohttp's connection
+handler, two methods overridden) makes that answer an Elasticsearch error body too, which is
+why the proxy depends on one tested aiohttp minor version.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ and upstream responses. The number of cases run is printed at the end of the ses
 default budget keeps the suite fast, ``NEARDUP_FUZZ_LONG=1`` runs 20 times as many
 (``NEARDUP_FUZZ_EXAMPLES=N`` sets it exactly).
 
-1. **The collapse functions** (pure: :mod:`proxy.search`, :mod:`proxy.collapse`,
-   :mod:`proxy.similarity`) over arbitrary JSON-like upstream responses, many of them
+1. **The collapse functions** (pure: :mod:`proxy.handlers.search_plan`, :mod:`proxy.grouping.collapse`,
+   :mod:`proxy.grouping.similarity`) over arbitrary JSON-like upstream responses, many of them
    search-shaped with real, damaged and foreign fingerprints: they either refuse with a
    ``ValueError`` (the proxy then fails open) or build a response that holds only what the
    upstream sent, each hit once.

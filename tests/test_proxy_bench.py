@@ -1,5 +1,5 @@
 """bench/proxy.py's *bare* collapse is a lower bound for the proxy only if it does the same
-grouping: it must fold exactly the hits ``proxy.collapse.group`` folds, keep the heads in rank
+grouping: it must fold exactly the hits ``proxy.grouping.collapse.group`` folds, keep the heads in rank
 order and stop at ``size`` groups. Checked on search answers built from real Reuters stories and
 edited copies of them (no Elasticsearch: the answer's shape is Elasticsearch's)."""
 

@@ -1,10 +1,10 @@
 """The collapse path's per-search shortcuts give exactly what the plain way gives.
 
-* :class:`proxy.collapse.WindowHits`: a window's fingerprints are read once (a tail round reads
-  only its new hits) and :func:`proxy.similarity.annotate` reuses grouping's signatures;
-* :func:`proxy.collapse.group`'s member lists, :func:`proxy.collapse.build_page`'s inlined
-  ``fields`` and :meth:`proxy.search.Window.add_round`'s inlined identity check;
-* :func:`proxy.jsonio.dumps` splicing raw ``_source`` values into orjson's output.
+* :class:`proxy.grouping.collapse.WindowHits`: a window's fingerprints are read once (a tail round reads
+  only its new hits) and :func:`proxy.grouping.similarity.annotate` reuses grouping's signatures;
+* :func:`proxy.grouping.collapse.group`'s member lists, :func:`proxy.grouping.collapse.build_page`'s inlined
+  ``fields`` and :meth:`proxy.handlers.search_plan.Window.add_round`'s inlined identity check;
+* :func:`proxy.transport.jsonio.dumps` splicing raw ``_source`` values into orjson's output.
 """
 
 from __future__ import annotations

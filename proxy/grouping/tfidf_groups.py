@@ -3,13 +3,13 @@
 Two hits are similar when ``cos(a, b) = Σ_t a_t b_t / (‖a‖ ‖b‖) ≥ t`` over their stored top-k
 vectors ``neardup.tf`` (:mod:`fingerprint.tfidf`; written by the indexer, weighted with the
 statistics of their index when they were enriched, so nothing is looked up at search time). All
-pairs of a window come from one sparse product (:func:`fingerprint.tfidf.cosine_pairs`: 19–44 ms
-for 1,000 hits, ``bench/RESULTS.md``). A hit whose vector is missing, malformed, of another
-TF-IDF version than the proxy's configuration makes, or empty (no terms) is never grouped.
+pairs of a window come from one sparse product (:func:`fingerprint.tfidf.cosine_pairs`). A hit
+whose vector is missing, malformed, of another TF-IDF version than the proxy's configuration
+makes, or empty (no terms) is never grouped.
 
-The vector comes through the same channels as the fingerprint (:mod:`proxy.search`): from
-``_source`` when the client gets it whole, else as the ``fields`` ``neardup.tf.v``, ``neardup.tf.t``
-and ``neardup.tf.w``.
+The vector comes through the same channels as the fingerprint
+(:mod:`proxy.handlers.search_plan`): from ``_source`` when the client gets it whole, else as the
+``fields`` ``neardup.tf.v``, ``neardup.tf.t`` and ``neardup.tf.w``.
 """
 
 from __future__ import annotations

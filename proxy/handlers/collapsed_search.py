@@ -153,7 +153,7 @@ def _halves(state: ProxyState, offset: int, count: int) -> list[tuple[int, int]]
     """The round ``[offset, offset + count)`` as one request, or as two concurrent halves when it
     is a first window of at least ``proxy.split_fetch_min_hits`` hits and this worker has no other
     request in flight: Elasticsearch then fetches the halves' documents on two threads, which
-    nearly halves the upstream time of a large page on an idle proxy, for one more query phase.
+    shortens the wait for a large page on an idle proxy, for one more query phase.
     Under load the extra query phase would only cost throughput, so it is never split then."""
     least = state.config.proxy.split_fetch_min_hits
     if offset or not least or count < least or state.metrics.in_flight > 1:

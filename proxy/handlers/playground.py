@@ -1,6 +1,6 @@
 """The search playground: a static page at ``/_neardup/`` to judge a threshold by eye.
 
-Off unless ``proxy.playground = true``. The page (``proxy/static/playground.{html,css,js}``,
+Off unless ``proxy.playground = true``. The page (``proxy/handlers/static/playground.{html,css,js}``,
 plain files, no build step, nothing loaded from elsewhere) runs its searches through the proxy
 itself, from the browser, with the browser's own credentials, like any other client:
 

@@ -23,7 +23,7 @@ A hit that contains the source gets ``fields["neardup.contains_source"] = [share
 σ, how many hits of the page were checked, the filter's candidates and ``contains``, the number
 of hits of the page (representatives and folded members) marked.
 
-The hits' texts come through the plan's channel (:mod:`proxy.search`): from ``_source`` when
+The hits' texts come through the plan's channel (:mod:`proxy.handlers.search_plan`): from ``_source`` when
 the client gets it whole, else as ``fields`` added to the request and removed again, so the
 client sees exactly what it asked for. Shingling runs on NumPy (the compiled kernels are
 switched off around it): the proxy never loads numba.
@@ -189,7 +189,7 @@ async def fetch_source(state: ProxyState, request: web.Request, raw_path: str, d
 
 def finish(state: ProxyState, window: search_plan.Window, groups: list[list[int]],
            fingerprinted: int) -> dict[str, Any]:
-    """:func:`proxy.search.finish`, with the page's hits checked against ``neardup_source`` when
+    """:func:`proxy.handlers.search_plan.finish`, with the page's hits checked against ``neardup_source`` when
     the request names one (marks, then the added text fields are stripped with the others)."""
     plan = window.plan
     document = plan.settings.source

@@ -3,7 +3,8 @@
 Hop-by-hop headers (RFC 9110 §7.6.1: ``Connection`` and the headers it names, ``Keep-Alive``,
 ``Proxy-*``, ``TE``, ``Trailer``, ``Transfer-Encoding``, ``Upgrade``) describe one connection
 and are never forwarded; ``Host`` is the upstream's, and ``Expect: 100-continue`` is answered by
-the proxy's own server (the body is then sent upstream complete). Everything else passes unchanged.
+the proxy's own server (the body is then sent upstream complete). The proxy's own control
+headers (``X-Neardup*``) are read by it and never forwarded. Everything else passes unchanged.
 """
 
 from __future__ import annotations
