@@ -25,7 +25,7 @@
    (``/proc/<pid>/stat``; the node's pid from ``GET _nodes/_local/process``) over each run,
    divided by the number of requests. The load generator, the proxy and Elasticsearch share the
    machine's cores.
-5. **Grouping micro-benchmark.** The proxy's grouping (``proxy.collapse.group``: signature read,
+5. **Grouping micro-benchmark.** The proxy's grouping (``proxy.grouping.collapse.group``: signature read,
    ``similar_pairs``, ``group_labels``) of the first 1,000 hits of real queries at threshold 0.8:
    CPU milliseconds, and the recall of its pairs against an all-pairs comparison of the same
    signatures.
@@ -61,8 +61,8 @@ sys.path.insert(0, str(ROOT))
 
 from neardup.corpora import reuters_documents  # noqa: E402
 from neardup.fingerprint import FingerprintParams  # noqa: E402
-from neardup.proxy import collapse  # noqa: E402
-from neardup.proxy.fingerprints import default_algorithms  # noqa: E402
+from neardup.proxy.grouping import collapse  # noqa: E402
+from neardup.proxy.grouping.fingerprints import default_algorithms  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 SECTION = "## Proxy"
@@ -122,7 +122,7 @@ def start_proxy(es_url: str, workers: int = 1) -> tuple[subprocess.Popen[str], s
 
 
 #: The reference proxies run beside ``neardup proxy`` in every setting, on the same stack as it
-#: (aiohttp's server, one pooled upstream exchange over :mod:`proxy.http1`, uvloop):
+#: (aiohttp's server, one pooled upstream exchange over :mod:`proxy.transport.http1_client`, uvloop):
 #:
 #: * the *floor* does nothing: the body read, sent upstream, the upstream bytes answered. What
 #:   the hop alone costs on this machine.
@@ -201,7 +201,7 @@ def bare_collapse(upstream_body: bytes, size: int, threshold: float = 0.8) -> by
 def with_spares(search_body: bytes) -> tuple[bytes, int]:
     """The search with its ``size`` raised by the proxy's spare hits, and the ``size`` asked for
     (below ``collapse.max_window``, which caps the proxy's first window: the bench's sizes are)."""
-    from neardup.proxy.search import SPARE_MIN, SPARE_PERCENT
+    from neardup.proxy.handlers.search_plan import SPARE_MIN, SPARE_PERCENT
 
     search = msgspec.json.decode(search_body)
     size = search.get("size", 10)
@@ -215,14 +215,14 @@ def reference_server(kind: str, port: int, es_url: str) -> None:
     import uvloop
     from aiohttp import web
 
-    from neardup.proxy import http1
+    from neardup.proxy.transport import http1_client
 
     async def init() -> web.Application:
         app = web.Application()
-        nodes: dict[str, http1.Node] = {}
+        nodes: dict[str, http1_client.Node] = {}
 
         async def start(app: web.Application) -> None:
-            nodes["n"] = http1.Node(es_url, asyncio.Semaphore(100), 5.0, 60.0, ssl.create_default_context())
+            nodes["n"] = http1_client.Node(es_url, asyncio.Semaphore(100), 5.0, 60.0, ssl.create_default_context())
 
         async def handle(request: web.Request) -> web.Response:
             body = await request.read()
@@ -411,7 +411,7 @@ def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str,
              "`title` with three words of a real title; every setting sends the same queries "
              f"directly, through `neardup proxy` ({workers} worker{'s' if workers > 1 else ''}) and "
              "through three reference proxies on the same stack (aiohttp's server, one pooled upstream "
-             "exchange over `proxy.http1`): the *floor*, which does nothing (the upstream bytes "
+             "exchange over `proxy.transport.http1_client`): the *floor*, which does nothing (the upstream bytes "
              "answered); *spares*, the floor asking for the same spare hits as the proxy (13 for 10, "
              "112 for 100) and answering the upstream bytes unread; and the *bare* collapse, which "
              "does only what any collapsing proxy must (the spare hits asked for, the answer decoded "
@@ -443,7 +443,7 @@ def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str,
               "queries on `body`, threshold 0.8, garbage collector as in a proxy worker): "
               "`fingerprint.similar_pairs` + `group_labels` "
               f"{grouping['core_ms_mean']:.2f} ms CPU mean ({grouping['core_ms_max']:.2f} max); the proxy's "
-              "whole `proxy.collapse.group` (reading 1,000 signatures out of the hits, pairs, labels, "
+              "whole `proxy.grouping.collapse.group` (reading 1,000 signatures out of the hits, pairs, labels, "
               f"member lists) {grouping['cpu_ms_mean']:.2f} ms mean ({grouping['cpu_ms_max']:.2f} max); "
               f"pairs found {grouping['pairs_found']} of "
               f"{grouping['pairs_all_pairs']} an all-pairs comparison of the same signatures finds "

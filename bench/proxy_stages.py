@@ -40,17 +40,19 @@ sys.path.insert(0, str(ROOT))
 
 #: Each timed stage: (where the search path looks it up: a module, or ``module:Class``, name).
 STAGES = (
-    ("neardup.proxy.app", "observe"), ("neardup.proxy.app", "proxy_request"), ("neardup.proxy.app", "parse_controls"),
-    ("neardup.proxy.app", "resolve"), ("neardup.proxy.searching", "search"), ("neardup.proxy.searching", "receive"),
-    ("neardup.proxy.searching", "_parse_search_body"), ("neardup.proxy.searching", "plan_search"),
-    ("neardup.proxy.pushdown_search", "search"), ("neardup.proxy.searching", "_collapse_one"),
-    ("neardup.proxy.searching", "_upstream_headers"), ("neardup.proxy.searching", "_fetch"),
-    ("neardup.proxy.rawjson", "loads_search"), ("neardup.proxy.search:Window", "add_round"), ("neardup.proxy.collapse", "group"),
-    ("neardup.proxy.collapse", "_window_read"), ("neardup.proxy.fingerprints", "read_signatures"),
-    ("neardup.proxy.fingerprints", "similar_pairs"), ("neardup.proxy.fingerprints", "group_labels"),
-    ("neardup.proxy.similarity", "annotate_page"), ("neardup.proxy.source_check", "finish"),
-    ("neardup.proxy.collapse", "build_page"),
-    ("neardup.proxy.searching", "_respond"), ("neardup.proxy.jsonio", "dumps"),
+    ("neardup.proxy.app", "observe"), ("neardup.proxy.app", "proxy_request"),
+    ("neardup.proxy.handlers.dispatch", "parse_controls"), ("neardup.proxy.handlers.dispatch", "resolve"),
+    ("neardup.proxy.handlers.collapsed_search", "search"), ("neardup.proxy.handlers.collapsed_search", "receive"),
+    ("neardup.proxy.handlers.collapsed_search", "_parse_search_body"),
+    ("neardup.proxy.handlers.collapsed_search", "plan_search"), ("neardup.proxy.handlers.pushdown", "search"),
+    ("neardup.proxy.handlers.collapsed_search", "_collapse_one"), ("neardup.proxy.handlers.exchange", "json_headers"),
+    ("neardup.proxy.handlers.exchange", "fetch"), ("neardup.proxy.transport.rawjson", "loads_search"),
+    ("neardup.proxy.handlers.search_plan:Window", "add_round"), ("neardup.proxy.grouping.collapse", "group"),
+    ("neardup.proxy.grouping.collapse", "_window_read"), ("neardup.proxy.grouping.fingerprints", "read_signatures"),
+    ("neardup.proxy.grouping.fingerprints", "similar_pairs"), ("neardup.proxy.grouping.fingerprints", "group_labels"),
+    ("neardup.proxy.handlers.collapsed_search", "annotate_page"), ("neardup.proxy.handlers.source_check", "finish"),
+    ("neardup.proxy.grouping.collapse", "build_page"), ("neardup.proxy.handlers.exchange", "respond"),
+    ("neardup.proxy.transport.jsonio", "dumps"),
 )
 
 

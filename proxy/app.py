@@ -1,42 +1,39 @@
-"""The proxy's aiohttp application: routes, middleware, transparent forwarding, ops endpoints.
+"""The proxy's aiohttp application: the route table, the middleware, start-up and shutdown.
 
-* ``GET /_neardup/health``: the proxy and each upstream node (``GET /_cluster/health``).
-* ``GET /_neardup/metrics``: Prometheus text format (:mod:`proxy.metrics`).
-* ``GET /_neardup/``: the search playground page, when enabled (:mod:`proxy.playground`).
-* ``GET|POST [/<index>]/_search`` and ``/_msearch``: collapsed (:mod:`proxy.searching`).
-* everything else: forwarded unchanged, bodies streamed both ways.
+* ``GET /_neardup/health`` and ``/_neardup/metrics``: :mod:`proxy.handlers.ops`, on the main
+  address or on ``proxy.ops_address``;
+* ``GET /_neardup/``: the search playground page, when enabled (:mod:`proxy.handlers.playground`);
+* every other request: :func:`proxy.handlers.dispatch.proxy_request` (collapsed searches,
+  everything else forwarded unchanged).
 
 The middleware turns every failure into an Elasticsearch-style error body (never a traceback),
-records metrics and writes one structured access-log line per request, without credentials
-(no header values, no query values, only the path and the names of the query parameters).
+sheds load beyond ``proxy.max_in_flight``, records metrics and writes one structured access-log
+line per request, without credentials (no header values, no query values, only the path and the
+names of the query parameters).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from neardup import __version__
 from neardup.config import Config
-from neardup.proxy import access, errors, jsonio, playground, searching, source_check
-from neardup.proxy import http as httpx
-from neardup.proxy.collapse import Algorithms
-from neardup.proxy.errors import error_response
-from neardup.proxy.fingerprints import default_algorithms
-from neardup.proxy.metrics import Metrics
-from neardup.proxy.params import parse_controls, resolve, split_query, wants_pretty
-from neardup.proxy.pushdown_search import FactsCache
-from neardup.proxy.routes import classify, index_of
-from neardup.proxy.searching import OUTCOME, ROUTE
-from neardup.proxy.upstream import Upstream
+from neardup.proxy.grouping.collapse import Algorithms
+from neardup.proxy.grouping.fingerprints import default_algorithms
+from neardup.proxy.handlers import playground
+from neardup.proxy.handlers.context import OUTCOME, ROUTE, STATE, ProxyState
+from neardup.proxy.handlers.dispatch import proxy_request
+from neardup.proxy.handlers.metrics import Metrics
+from neardup.proxy.handlers.ops import health, metrics, ops_moved
+from neardup.proxy.handlers.params import split_query, wants_pretty
+from neardup.proxy.transport import access, errors, framing
+from neardup.proxy.transport.errors import error_response
+from neardup.proxy.transport.upstream import Upstream
 from neardup.tfidf import tfidf_version_of
 
 log = logging.getLogger("neardup.proxy")
@@ -61,23 +58,6 @@ class QuietMalformedRequests(logging.Filter):
 
 _QUIET = QuietMalformedRequests()
 
-#: Request bodies up to this size are read at once (and can be retried on another node);
-#: larger ones are streamed to the upstream as they arrive.
-BUFFERED_BODY_BYTES = 1024 * 1024
-
-
-@dataclass
-class ProxyState:
-    config: Config
-    upstream: Upstream
-    metrics: Metrics
-    algorithms: Algorithms
-    policy: access.Policy   # read-only mode and path allow-list, compiled once
-    admitted: int = 0       # requests in flight that count against proxy.max_in_flight
-    pushdown_facts: FactsCache = field(default_factory=FactsCache)  # cluster push-down checks, per worker
-
-
-STATE: web.AppKey[ProxyState] = web.AppKey("neardup_state", ProxyState)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -97,6 +77,7 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     request[OUTCOME] = None
     limit = state.config.proxy.max_in_flight
     counted = bool(limit) and not (request.raw_path.startswith("/_neardup/") and request.path in NEVER_SHED)
+    response: web.StreamResponse
     if counted and state.admitted >= limit:
         response = _shed(request, state, limit)
     else:
@@ -177,7 +158,7 @@ async def _handle(request: web.Request, handler: Handler, state: ProxyState,
 def _error(request: web.Request, error: errors.ProxyError) -> web.Response:
     """``error`` in Elasticsearch's format, pretty-printed when the request asked (``?pretty``)."""
     pretty = wants_pretty(split_query(request.raw_path.partition("?")[2]))
-    return httpx.encoded_for(request, error_response(error, pretty=pretty))
+    return framing.encoded_for(request, error_response(error, pretty=pretty))
 
 
 def _body_bytes(response: web.StreamResponse) -> int:
@@ -205,127 +186,6 @@ def _log_access(request: web.Request, response: web.StreamResponse, elapsed: flo
                     elapsed * 1000, request[OUTCOME] or "", extra={"fields": fields})
 
 
-async def proxy_request(request: web.Request) -> web.StreamResponse:
-    """Every request that is not an ops endpoint."""
-    state = request.app[STATE]
-    raw_path, _, raw_query = request.raw_path.partition("?")
-    if not raw_path.startswith("/"):  # absolute-form target: the upstream is the configured one
-        raise errors.illegal_argument("the request target must be a path starting with '/', "
-                                      "not an absolute URI; the proxy forwards only to upstream.urls")
-    refusal = state.policy.refusal(request.method, raw_path)
-    if refusal is not None:
-        raise refusal
-    route = classify(request.method, raw_path)
-    request[ROUTE] = route
-    controls, query, _ = parse_controls(raw_query, request.headers)
-    if route == "msearch":
-        source_check.refuse_in_msearch(controls)   # neardup_source: _search only
-    if route != "passthrough":
-        if route == "search":
-            settings = resolve(controls, state.config.collapse, index_of(raw_path), state.config.tfidf.threshold)
-            settings = await source_check.settings_for(state, request, raw_path, settings, controls)
-            if settings.enabled:
-                return await searching.search(state, request, raw_path, query, settings)
-        elif controls.enabled is not False:  # per-item settings: each search decides
-            return await searching.msearch(state, request, raw_path, query, controls)
-        request[OUTCOME] = "passed:off"
-    return await forward(request, raw_path, query)
-
-
-async def forward(request: web.Request, raw_path: str, query: str, body: bytes | None = None,
-                  extra_headers: list[tuple[str, str]] | None = None) -> web.StreamResponse:
-    """Send the request upstream unchanged (but for the proxy's controls) and stream the answer."""
-    state = request.app[STATE]
-    limit = state.config.proxy.max_body_bytes
-    headers = httpx.request_headers(request.headers)
-    data: Any = body
-    if body is None and request.body_exists:
-        declared = request.content_length
-        errors.check_declared_length(declared, limit)
-        if declared is None or declared <= BUFFERED_BODY_BYTES:
-            data = await searching.read_body(request, limit)
-        else:
-            data = request.content
-    path_qs = raw_path + ("?" + query if query else "")
-    upstream = await state.upstream.send(request.method, path_qs, headers, data)
-    return await stream_back(request, upstream, extra_headers or [])
-
-
-async def stream_back(request: web.Request, upstream: aiohttp.ClientResponse,
-                      extra_headers: list[tuple[str, str]]) -> web.StreamResponse:
-    """Stream an upstream response to the client as it arrives, headers and bytes unchanged.
-
-    If the upstream breaks off after the status line went out, the client connection is closed
-    without finishing the body, so the client sees a broken response, never a short valid one.
-    """
-    response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-    for name, value in httpx.response_headers(upstream.headers):
-        response.headers.add(name, value)
-    for name, value in extra_headers:
-        response.headers.add(name, value)
-    length = upstream.headers.get("Content-Length")
-    if length is not None and length.isdigit():
-        response.content_length = int(length)
-    try:
-        if request.method != "HEAD" and response.content_length is not None \
-                and response.content_length <= BUFFERED_BODY_BYTES:
-            body = await upstream.read()   # small: one write instead of one per chunk
-            await response.prepare(request)
-            await response.write_eof(body)
-            return response
-        await response.prepare(request)
-        if request.method != "HEAD":
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
-        await response.write_eof()
-    except (TimeoutError, aiohttp.ClientError) as exc:
-        if not response.prepared:
-            if isinstance(exc, asyncio.TimeoutError):  # aiohttp's read timeouts are TimeoutErrors
-                raise errors.upstream_timeout(request.app[STATE].config.upstream.request_timeout) from None
-            raise errors.upstream_broken(f"{type(exc).__name__}: {exc}") from None
-        log.warning("upstream broke off a response: %s", type(exc).__name__,
-                    extra={"fields": {"event": "upstream_broken", "url.path": request.path}})
-        request.app[STATE].metrics.inc("neardup_proxy_upstream_errors_total", kind="broken")
-        request[OUTCOME] = "upstream_broken"
-        if request.transport is not None:
-            request.transport.close()
-    finally:
-        upstream.release()
-    return response
-
-
-async def health(request: web.Request) -> web.Response:
-    """The proxy is up; each upstream node: reachable, HTTP status, cluster status."""
-    state = request.app[STATE]
-    request[ROUTE] = "health"
-    config = state.config.upstream
-    headers: dict[str, str] = {}
-    if config.api_key:
-        headers["Authorization"] = f"ApiKey {config.api_key}"
-    elif config.username:
-        headers["Authorization"] = aiohttp.BasicAuth(config.username, config.password).encode()
-    elif "Authorization" in request.headers:
-        headers["Authorization"] = request.headers["Authorization"]
-    nodes = await state.upstream.health(headers)
-    reachable = any(node["reachable"] for node in nodes)
-    body = {
-        "status": "ok" if reachable else "upstream_unreachable",
-        "proxy": {"version": __version__, "pid": os.getpid(),
-                  "in_flight_requests": state.metrics.in_flight},
-        "upstream": nodes,
-    }
-    return web.Response(status=200 if reachable else 503, body=jsonio.dumps(body),
-                        content_type="application/json")
-
-
-async def metrics(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    request[ROUTE] = "metrics"
-    text = state.metrics.combined().render()
-    return web.Response(text=text, content_type="text/plain", charset="utf-8",
-                        headers={"X-Content-Type-Options": "nosniff"})
-
-
 def create_app(config: Config, algorithms: Algorithms | None = None,
                metrics_dir: str | None = None) -> web.Application:
     """The application of one worker; the upstream session opens on start-up."""
@@ -335,13 +195,14 @@ def create_app(config: Config, algorithms: Algorithms | None = None,
     app = web.Application(middlewares=[observe], client_max_size=config.proxy.max_body_bytes)
     logging.getLogger("aiohttp.server").addFilter(_QUIET)   # once: the same filter object
     app[STATE] = state
-    app[httpx.MAX_BODY_BYTES] = config.proxy.max_body_bytes
-    app[httpx.EXPECT_REFUSED] = _account_refused_expectation
+    app[framing.MAX_BODY_BYTES] = config.proxy.max_body_bytes
+    app[framing.EXPECT_REFUSED] = _account_refused_expectation
     ops_elsewhere = bool(config.proxy.ops_address)   # then create_ops_app serves them
-    app.router.add_get("/_neardup/health", ops_moved if ops_elsewhere else health, allow_head=True, **httpx.EXPECT)
-    app.router.add_get("/_neardup/metrics", ops_moved if ops_elsewhere else metrics, allow_head=True, **httpx.EXPECT)
+    expect = framing.expect_continue
+    app.router.add_get("/_neardup/health", ops_moved if ops_elsewhere else health, allow_head=True, expect_handler=expect)
+    app.router.add_get("/_neardup/metrics", ops_moved if ops_elsewhere else metrics, allow_head=True, expect_handler=expect)
     playground.register(app, config)
-    app.router.add_route("*", "/{tail:.*}", proxy_request, **httpx.EXPECT)
+    app.router.add_route("*", "/{tail:.*}", proxy_request, expect_handler=framing.expect_continue)
 
     async def start(app: web.Application) -> None:
         await app[STATE].upstream.start()
@@ -355,20 +216,13 @@ def create_app(config: Config, algorithms: Algorithms | None = None,
     return app
 
 
-async def ops_moved(request: web.Request) -> web.Response:
-    """The main port's answer for the ops endpoints when ``proxy.ops_address`` serves them."""
-    request[ROUTE] = "ops_moved"
-    raise errors.ProxyError(404, "resource_not_found_exception",
-                            f"[{request.path}] is not served on this address (proxy.ops_address)")
-
-
 def create_ops_app(main: web.Application) -> web.Application:
     """``/_neardup/health`` and ``/_neardup/metrics`` alone, for ``proxy.ops_address``; they share
     the main application's state (upstream session, metrics), so start the main one first."""
     ops = web.Application(middlewares=[observe])
     ops[STATE] = main[STATE]
-    ops[httpx.EXPECT_REFUSED] = _account_refused_expectation
-    ops.router.add_get("/_neardup/health", health, allow_head=True, **httpx.EXPECT)
-    ops.router.add_get("/_neardup/metrics", metrics, allow_head=True, **httpx.EXPECT)
+    ops[framing.EXPECT_REFUSED] = _account_refused_expectation
+    ops.router.add_get("/_neardup/health", health, allow_head=True, expect_handler=framing.expect_continue)
+    ops.router.add_get("/_neardup/metrics", metrics, allow_head=True, expect_handler=framing.expect_continue)
     playground.register_ops(ops, ops[STATE].config, proxy_request)
     return ops

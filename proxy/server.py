@@ -4,6 +4,11 @@ The parent binds the listening socket once and forks the workers, which all acce
 kernel spreads connections between them). SIGTERM or SIGINT makes every worker stop accepting,
 finish the requests in flight (up to ``proxy.shutdown_timeout`` seconds) and exit; the parent
 forwards the signal and waits. A worker that dies on its own is replaced.
+
+Requests aiohttp cannot parse never reach the application: aiohttp answers them itself, with
+no public hook for the answer. :class:`ElasticErrorRequestHandler` (aiohttp's connection
+handler, two methods overridden) makes that answer an Elasticsearch error body too, which is
+why the proxy depends on one tested aiohttp minor version.
 """
 
 from __future__ import annotations
@@ -26,9 +31,9 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
 from neardup.config import Config, split_host_port
-from neardup.proxy import errors
 from neardup.proxy.app import create_app, create_ops_app
-from neardup.proxy.errors import error_response
+from neardup.proxy.transport import errors
+from neardup.proxy.transport.errors import error_response
 from neardup.upstream import UpstreamError, check_upstream, without_credentials
 
 log = logging.getLogger("neardup.proxy")
@@ -58,10 +63,10 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-#: aiohttp's record of a request it could not parse (private; tested with aiohttp 3.14). If a
-#: later aiohttp drops it, the mid-body repair in :meth:`ElasticErrorRequestHandler.data_received`
-#: turns itself off (``isinstance(x, ())`` is always false) and the rest still works.
-_ErrInfo: type | tuple[()] = getattr(web_protocol, "_ErrInfo", ())
+#: aiohttp's record of a request it could not parse: a private class, hence looked up, not
+#: imported. Without it the mid-body repair in :meth:`ElasticErrorRequestHandler.data_received`
+#: turns itself off and the rest still works.
+_ErrInfo: type[Any] | None = getattr(web_protocol, "_ErrInfo", None)
 
 
 class ElasticErrorRequestHandler(RequestHandler):
@@ -69,13 +74,12 @@ class ElasticErrorRequestHandler(RequestHandler):
     Elasticsearch's error format instead of plain text.
 
     A request aiohttp cannot parse (bad request line, bad header, invalid chunked encoding, a
-    line over 8190 bytes...) never reaches the application or its middleware: aiohttp answers
-    it itself through :meth:`RequestHandler.handle_error` (aiohttp issue #3287 asks for a
-    public hook; there is none in 3.14). This override keeps what aiohttp does there — the
-    status it chose, the log record, closing the connection, refusing once bytes were sent —
-    and only changes the body: ``illegal_argument_exception`` naming the problem (not the
-    offending bytes) for a malformed request, ``neardup_proxy_exception`` otherwise, as JSON,
-    never a traceback.
+    line over 8190 bytes...) never reaches the application, its middleware or its signals:
+    aiohttp answers it itself through :meth:`RequestHandler.handle_error`, and has no public
+    hook for that answer. This override keeps what aiohttp does there (the status it chose, the
+    log record, closing the connection, refusing once bytes were sent) and only changes the
+    body: ``illegal_argument_exception`` naming the problem (not the offending bytes) for a
+    malformed request, ``neardup_proxy_exception`` otherwise, as JSON, never a traceback.
     """
 
     def data_received(self, data: bytes) -> None:
@@ -85,7 +89,10 @@ class ElasticErrorRequestHandler(RequestHandler):
         request = self._current_request
         queued = len(self._messages)
         super().data_received(data)
-        if len(self._messages) <= queued or not isinstance(self._messages[-1][0], _ErrInfo):
+        if _ErrInfo is None or len(self._messages) <= queued:
+            return
+        failure = self._messages[-1][0]
+        if not isinstance(failure, _ErrInfo):
             return
         # Whose body was being read: the last request queued before the error, else the one
         # being handled now.
@@ -97,8 +104,8 @@ class ElasticErrorRequestHandler(RequestHandler):
             return
         if payload.is_eof() or payload.exception() is not None:
             return   # the error is in a new request: aiohttp answers it (handle_error)
-        message, _ = self._messages.pop()
-        payload.set_exception(message.exc)   # reading the body raises it: the middleware's 400
+        self._messages.pop()
+        payload.set_exception(failure.exc)   # reading the body raises it: the middleware's 400
         payload.feed_eof()
         if current:
             self.close()   # the connection's bytes are out of step: no further request on it
@@ -143,13 +150,12 @@ def tune_gc() -> None:
     """Make the cyclic garbage collector cheap for a worker that parses big JSON responses.
 
     A collapsed search holds the parsed upstream window alive while it is grouped: thousands of
-    dicts and lists (``size`` 100: ~1,500). With the default young-generation threshold (700
-    net allocations) every such request sets off several collections that walk all of them,
-    promotes them to the older generations, and every few dozen requests a full collection
-    walks everything the process imported as well — about 1 ms of CPU per ``size`` 100 search
-    (measured, bench/RESULTS.md "Proxy"). The request's objects are freed by reference counting
-    when it ends, so with a threshold of :data:`GC_YOUNG_THRESHOLD` the collector only runs when
-    that many objects are really accumulating (reference cycles), and ``gc.freeze()`` moves what
+    dicts and lists. With the default young-generation threshold (700 net allocations) every
+    such request sets off several collections that walk all of them and promote them to the
+    older generations, and every few dozen requests a full collection walks everything the
+    process imported as well. The request's objects are freed by reference counting when it
+    ends, so with a threshold of :data:`GC_YOUNG_THRESHOLD` the collector only runs when that
+    many objects are really accumulating (reference cycles), and ``gc.freeze()`` moves what
     start-up created out of the collector's sight for good.
     """
     gc.collect()

@@ -336,7 +336,7 @@ def test_report_renders_in_headless_chromium(es, es_url, reuters_index, reuters_
 # --- native collapse on the clusters (the proxy's push-down, proxy/pushdown.py) ------------------------
 
 def test_pushdown_pages_give_the_groups_the_cluster_ids_say(es, clustered):
-    from neardup.proxy.pushdown import clusters_match, missing_clusters_query, pushdown_body, pushdown_response
+    from neardup.proxy.handlers.native_collapse import clusters_match, missing_clusters_query, pushdown_body, pushdown_response
 
     index, _ = clustered
     metas = {name: value["mappings"].get("_meta") for name, value in es.indices.get_mapping(index=index).items()}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from neardup.proxy.collapse import CollapseError
-from neardup.proxy.pushdown import (
+from neardup.proxy.grouping.collapse import CollapseError
+from neardup.proxy.handlers.native_collapse import (
     GROUPS_AGG,
     clusters_match,
     inner_options,
@@ -166,7 +166,7 @@ def test_a_document_without_a_cluster_id_makes_the_answer_unusable():
 def test_cached_facts_are_shared_and_expire():
     import asyncio
 
-    from neardup.proxy.pushdown_search import Facts, FactsCache
+    from neardup.proxy.handlers.cluster_facts import Facts, FactsCache
 
     calls = []
 

@@ -35,7 +35,7 @@ from neardup.indexer.reader import SliceReader
 from neardup.indexer.retry import Retrier
 from neardup.indexer.stats import JobStats
 from neardup.indexer.writer import BulkUpdater
-from neardup.proxy.pushdown import missing_clusters_query
+from neardup.proxy.handlers.native_collapse import missing_clusters_query
 from tests.plugins.corpora import neardup_json
 from tests.test_cluster_es import copy_index
 

@@ -23,7 +23,7 @@ from elasticsearch import Elasticsearch, helpers
 from neardup.corpora import reuters_documents
 from neardup.fingerprint import Fingerprint, Fingerprinter, FingerprintParams, estimated_resemblance
 from neardup.indexer.enrich import cleared_cluster_keys, enrich_line, merged_neardup
-from neardup.proxy.pushdown import missing_clusters_query
+from neardup.proxy.handlers.native_collapse import missing_clusters_query
 from tests.plugins.corpora import neardup_json
 from tests.test_proxy_support import ProxyThread, make_config
 

@@ -153,7 +153,7 @@ def test_fingerprints_do_not_depend_on_the_kernels() -> None:
 def test_proxy_side_imports_do_not_load_numba() -> None:
     """Reading signatures and comparing them (what the proxy does) never imports numba."""
     code = ("import sys, numpy as np\n"
-            "import fingerprint, proxy.fingerprints\n"
+            "import fingerprint, proxy.grouping.fingerprints\n"
             "from fingerprint import similar_pairs\n"
             "similar_pairs(np.zeros((3, 84), np.uint64), np.ones(3, int), 0.5)\n"
             "assert 'numba' not in sys.modules, 'numba imported'\n")

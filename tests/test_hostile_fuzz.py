@@ -3,8 +3,8 @@ and upstream responses. The number of cases run is printed at the end of the ses
 default budget keeps the suite fast, ``NEARDUP_FUZZ_LONG=1`` runs 20 times as many
 (``NEARDUP_FUZZ_EXAMPLES=N`` sets it exactly).
 
-1. **The collapse functions** (pure: :mod:`proxy.search`, :mod:`proxy.collapse`,
-   :mod:`proxy.similarity`) over arbitrary JSON-like upstream responses, many of them
+1. **The collapse functions** (pure: :mod:`proxy.handlers.search_plan`, :mod:`proxy.grouping.collapse`,
+   :mod:`proxy.grouping.similarity`) over arbitrary JSON-like upstream responses, many of them
    search-shaped with real, damaged and foreign fingerprints: they either refuse with a
    ``ValueError`` (the proxy then fails open) or build a response that holds only what the
    upstream sent, each hit once.
@@ -34,10 +34,10 @@ from hypothesis import strategies as st
 
 from neardup.config import load_config
 from neardup.fingerprint import Fingerprinter
-from neardup.proxy import collapse, similarity
-from neardup.proxy.fingerprints import default_algorithms
-from neardup.proxy.params import Settings
-from neardup.proxy.search import Plan, Window, apply_filter, finish, plan_search
+from neardup.proxy.grouping import collapse
+from neardup.proxy.grouping.fingerprints import default_algorithms
+from neardup.proxy.handlers.params import Settings
+from neardup.proxy.handlers.search_plan import Plan, Window, annotate_page, apply_filter, finish, plan_search
 from tests.faultproxy import Fault, FaultProxy, chunked_response, http_response
 from tests.reliability_support import (
     LogCapture,
@@ -165,7 +165,7 @@ def test_collapse_functions_take_any_upstream_response(fuzz_counts, response: An
     try:
         window.add_round(response, plan.first_window())
         groups, fingerprinted = collapse.group(window.hits, plan.channel, threshold, mode, ALGORITHMS)
-        similarity.annotate_page(window, groups, ALGORITHMS.read)
+        annotate_page(window, groups, ALGORITHMS.read)
         result = finish(window, groups, fingerprinted)
     except ValueError:
         return  # refused: the proxy fails open and the client gets the upstream's bytes

@@ -16,9 +16,9 @@ from elasticsearch import Elasticsearch
 
 from neardup.config import Config
 from neardup.fingerprint import Fingerprint, estimated_containment, estimated_resemblance
-from neardup.proxy import playground
-from neardup.proxy.params import MODES
-from neardup.proxy.similarity import SIMILARITY_FIELD
+from neardup.proxy.grouping.similarity import SIMILARITY_FIELD
+from neardup.proxy.handlers import playground
+from neardup.proxy.handlers.params import MODES
 from tests.test_proxy_support import (  # noqa: F401 - fixtures
     FamilyIndex,
     ProxyThread,
@@ -207,8 +207,8 @@ def test_with_an_ops_address_the_playground_and_its_searches_are_served_there(
 # -- the similarity of each collapsed hit to its kept hit -------------------------------------
 def test_annotate_puts_the_similarity_to_the_kept_hit_on_each_collapsed_hit_only() -> None:
     from neardup.fingerprint import Fingerprinter, FingerprintParams
-    from neardup.proxy.fingerprints import default_algorithms
-    from neardup.proxy.similarity import annotate
+    from neardup.proxy.grouping.fingerprints import default_algorithms
+    from neardup.proxy.grouping.similarity import annotate
 
     params = FingerprintParams()
     fingerprinter, read = Fingerprinter(params), default_algorithms(params).read

@@ -26,7 +26,7 @@ from elasticsearch import Elasticsearch, helpers
 
 from neardup.corpora import reuters_documents
 from neardup.fingerprint import Fingerprinter, FingerprintParams
-from neardup.proxy.params import MODES
+from neardup.proxy.handlers.params import MODES
 from tests.test_proxy_support import ProxyThread, make_config, mapping
 
 pytestmark = [pytest.mark.es, pytest.mark.slow]

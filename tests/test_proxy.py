@@ -404,7 +404,7 @@ def test_filter_path_is_applied_to_the_collapsed_response(proxy: ProxyThread, es
     body = {"sort": ["rank"], "size": 6}
     full = post_json(proxy.url + f"/{family_index.name}/_search", body)[2]
     filtered = post_json(proxy.url + f"/{family_index.name}/_search?filter_path={filter_expression}", body)[2]
-    from neardup.proxy.filter_path import parse
+    from neardup.proxy.handlers.filter_path import parse
 
     expected = parse(filter_expression).apply(full)
     expected.pop("took", None), filtered.pop("took", None)
@@ -478,9 +478,9 @@ def test_msearch_fails_open_when_a_later_batch_meets_a_passing_upstream_error(
     """A 429 or 5xx to a later batch says nothing about the client's request, even when the batch
     carries a client's own search (here the fallback of an item past the result window): the
     proxy fails open, sending the client's request as it came, rather than relaying the error."""
-    from neardup.proxy import searching
+    from neardup.proxy.handlers import exchange
 
-    fetch, calls = searching._fetch, []
+    fetch, calls = exchange.fetch, []
 
     async def second_call_refused(state: Any, incoming: Any, path_qs: str, headers: Any, body: bytes) -> Any:
         calls.append(path_qs)
@@ -489,7 +489,7 @@ def test_msearch_fails_open_when_a_later_batch_meets_a_passing_upstream_error(
                 {"error": {"type": "circuit_breaking_exception", "reason": "busy"}, "status": status}).encode()
         return await fetch(state, incoming, path_qs, headers, body)
 
-    monkeypatch.setattr(searching, "_fetch", second_call_refused)
+    monkeypatch.setattr(exchange, "fetch", second_call_refused)
     lines = (f'{{"index":"{family_index.name}"}}\n{{"size":4,"sort":["rank"]}}\n'
              f'{{"index":"{family_index.name}"}}\n{{"from":10000,"size":10}}\n').encode()
     headers = {"Content-Type": "application/x-ndjson"}
@@ -633,8 +633,8 @@ def test_413_for_a_body_over_the_limit(es_url: str) -> None:
 
 def test_fail_open_returns_the_upstream_response_unchanged(es_url: str, family_index: FamilyIndex) -> None:
     from neardup.fingerprint import FingerprintParams
-    from neardup.proxy.collapse import Algorithms
-    from neardup.proxy.fingerprints import default_algorithms
+    from neardup.proxy.grouping.collapse import Algorithms
+    from neardup.proxy.grouping.fingerprints import default_algorithms
 
     real = default_algorithms(FingerprintParams())
 

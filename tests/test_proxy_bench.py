@@ -1,5 +1,5 @@
 """bench/proxy.py's *bare* collapse is a lower bound for the proxy only if it does the same
-grouping: it must fold exactly the hits ``proxy.collapse.group`` folds, keep the heads in rank
+grouping: it must fold exactly the hits ``proxy.grouping.collapse.group`` folds, keep the heads in rank
 order and stop at ``size`` groups. Checked on search answers built from real Reuters stories and
 edited copies of them (no Elasticsearch: the answer's shape is Elasticsearch's)."""
 
@@ -15,8 +15,8 @@ import pytest
 
 from neardup.corpora import reuters_documents
 from neardup.fingerprint import Fingerprinter, FingerprintParams
-from neardup.proxy import collapse
-from neardup.proxy.fingerprints import default_algorithms
+from neardup.proxy.grouping import collapse
+from neardup.proxy.grouping.fingerprints import default_algorithms
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "proxy.py"
 
@@ -103,8 +103,8 @@ def test_spares_reference_asks_for_the_proxys_first_window(bench, size):
     sizes are far below ``collapse.max_window``, which caps the proxy's window, not the
     reference's)."""
     from neardup.config import load_config
-    from neardup.proxy.params import parse_controls, resolve, split_query
-    from neardup.proxy.search import Plan, plan_search
+    from neardup.proxy.handlers.params import parse_controls, resolve, split_query
+    from neardup.proxy.handlers.search_plan import Plan, plan_search
 
     config = load_config()
     body = {"query": {"match": {"title": "oil prices rise"}}, "size": size}

@@ -23,7 +23,7 @@ them, fingerprinted). Each is sent
 The same searches run on a clustered copy of the index too, where the proxy pushes them down to
 native collapse on the stored cluster ids (README, Clusters: "Push-down"): the members then come
 from Elasticsearch's inner hits and must still equal Elasticsearch's hits of the search. A
-second test applies random ``filter_path`` expressions with :mod:`proxy.filter_path` to
+second test applies random ``filter_path`` expressions with :mod:`proxy.handlers.filter_path` to
 Elasticsearch's unfiltered answers and compares with Elasticsearch's own filtering.
 
 Problems are collected over all requests and reported together (with the request that shows
@@ -780,10 +780,10 @@ def random_filter_path(rng: random.Random) -> str:
 @pytest.mark.parametrize("endpoint", ["_search", "_msearch"])
 def test_filter_path_filters_as_elasticsearch_does(es_url: str, family_index: FamilyIndex, endpoint: str) -> None:
     """README "Response format": the proxy applies ``filter_path`` itself "with Elasticsearch's
-    semantics". Random expressions, applied by :mod:`proxy.filter_path` to Elasticsearch's
+    semantics". Random expressions, applied by :mod:`proxy.handlers.filter_path` to Elasticsearch's
     unfiltered answer, give Elasticsearch's filtered answer (objects emptied by an exclusion,
     ``**`` never matching zero levels, ... were found this way)."""
-    from neardup.proxy.filter_path import UnsupportedFilterPath, parse
+    from neardup.proxy.handlers.filter_path import UnsupportedFilterPath, parse
 
     rng = random.Random(f"{SEED}-{endpoint}")
     search = {"query": {"match": {"body": "oil"}}, "size": 4, "_source": ["title", "neardup.v"],

@@ -1,10 +1,10 @@
 """The collapse path's per-search shortcuts give exactly what the plain way gives.
 
-* :class:`proxy.collapse.WindowHits`: a window's fingerprints are read once (a tail round reads
-  only its new hits) and :func:`proxy.similarity.annotate` reuses grouping's signatures;
-* :func:`proxy.collapse.group`'s member lists, :func:`proxy.collapse.build_page`'s inlined
-  ``fields`` and :meth:`proxy.search.Window.add_round`'s inlined identity check;
-* :func:`proxy.jsonio.dumps` splicing raw ``_source`` values into orjson's output.
+* :class:`proxy.grouping.collapse.WindowHits`: a window's fingerprints are read once (a tail round reads
+  only its new hits) and :func:`proxy.grouping.similarity.annotate` reuses grouping's signatures;
+* :func:`proxy.grouping.collapse.group`'s member lists, :func:`proxy.grouping.collapse.build_page`'s inlined
+  ``fields`` and :meth:`proxy.handlers.search_plan.Window.add_round`'s inlined identity check;
+* :func:`proxy.transport.jsonio.dumps` splicing raw ``_source`` values into orjson's output.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ import orjson
 import pytest
 
 from neardup.fingerprint import Fingerprinter, FingerprintParams
-from neardup.proxy import collapse, jsonio, rawjson, similarity
-from neardup.proxy.fingerprints import default_algorithms
-from neardup.proxy.params import Settings
-from neardup.proxy.search import Window, _identity, finish, plan_search
+from neardup.proxy.grouping import collapse, similarity
+from neardup.proxy.grouping.fingerprints import default_algorithms
+from neardup.proxy.handlers.params import Settings
+from neardup.proxy.handlers.search_plan import Window, _identity, annotate_page, finish, plan_search
+from neardup.proxy.transport import jsonio, rawjson
 
 ALGORITHMS = default_algorithms(FingerprintParams())
 FP = Fingerprinter(FingerprintParams())
@@ -228,7 +229,7 @@ def test_window_path_end_to_end_is_unchanged_by_the_read_state() -> None:
         for raw in _rounds(7, [9, 9]):
             window.add_round(rawjson.loads_search(raw), 9)
             groups, fingerprinted = collapse.group(window.hits, "_source", 0.5, "resemblance", ALGORITHMS)
-        similarity.annotate_page(window, groups, ALGORITHMS.read)
+        annotate_page(window, groups, ALGORITHMS.read)
         outputs.append(jsonio.dumps(finish(window, groups, fingerprinted)))
     assert outputs[0] == outputs[1]
 

@@ -1,4 +1,4 @@
-"""neardup.proxy.http1 (the search path's whole-body upstream client) and Upstream.exchange's failover.
+"""neardup.proxy.transport.http1_client (the search path's whole-body upstream client) and Upstream.exchange's failover.
 
 The upstream here is a scripted loopback server that answers each request with given bytes, so
 every framing an HTTP/1.1 server may use (chunked with extensions and trailers, Content-Length,
@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from neardup.config import UpstreamConfig
-from neardup.proxy import errors, http1
-from neardup.proxy.upstream import Upstream
+from neardup.proxy.transport import errors, http1_client
+from neardup.proxy.transport.upstream import Upstream
 
 
 def asynchronous(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
@@ -85,8 +85,8 @@ class ScriptedServer:
             writer.close()
 
 
-def node(url: str, read_timeout: float = 5.0, limit: int = 10) -> http1.Node:
-    return http1.Node(url, asyncio.Semaphore(limit), 2.0, read_timeout, True)
+def node(url: str, read_timeout: float = 5.0, limit: int = 10) -> http1_client.Node:
+    return http1_client.Node(url, asyncio.Semaphore(limit), 2.0, read_timeout, True)
 
 
 def ok(body: bytes, extra: bytes = b"") -> bytes:
@@ -188,7 +188,7 @@ async def test_close_delimited_answer_and_connection_close_are_not_reused() -> N
 async def test_a_malformed_answer_is_broken_after_an_answer(answer: bytes) -> None:
     async with ScriptedServer(lambda req, n: answer) as server:
         pool = node(server.url)
-        with pytest.raises(http1.Broken) as caught:
+        with pytest.raises(http1_client.Broken) as caught:
             await pool.exchange("GET", "/", [], None)
         assert caught.value.answered
         pool.close()
@@ -198,9 +198,9 @@ async def test_a_malformed_answer_is_broken_after_an_answer(answer: bytes) -> No
 async def test_silence_is_a_read_timeout_and_the_connection_is_dropped() -> None:
     async with ScriptedServer(lambda req, n: b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{") as server:
         pool = node(server.url, read_timeout=0.3)
-        with pytest.raises(http1.ReadTimeout):
+        with pytest.raises(http1_client.ReadTimeout):
             await pool.exchange("GET", "/", [], None)
-        with pytest.raises(http1.ReadTimeout):
+        with pytest.raises(http1_client.ReadTimeout):
             await pool.exchange("GET", "/", [], None)
         assert server.connections == 2
         pool.close()
@@ -210,7 +210,7 @@ async def test_silence_is_a_read_timeout_and_the_connection_is_dropped() -> None
 async def test_refused_connection_is_connect_failed() -> None:
     async with ScriptedServer(lambda req, n: None) as server:
         url = server.url
-    with pytest.raises(http1.ConnectFailed):
+    with pytest.raises(http1_client.ConnectFailed):
         await node(url).exchange("GET", "/", [], None)
 
 
@@ -312,17 +312,17 @@ async def test_a_cancel_that_lands_after_the_answer_came_neither_leaks_nor_pools
         monkeypatch: pytest.MonkeyPatch) -> None:
     # The answer completes the waiter, and the client goes away before the task resumes: the
     # connection must go back to the pool (in step) or be closed, never be left open and lost.
-    connections: list[http1._Connection] = []
-    finish = http1._Connection._finish
+    connections: list[http1_client._Connection] = []
+    finish = http1_client._Connection._finish
 
-    def finish_then_cancel(self: http1._Connection, body: bytes, waiter: asyncio.Future[http1.Reply]) -> None:
+    def finish_then_cancel(self: http1_client._Connection, body: bytes, waiter: asyncio.Future[http1_client.Reply]) -> None:
         connections.append(self)
         finish(self, body, waiter)
         task.cancel()
 
     async with ScriptedServer(lambda req, n: ok(b"{}")) as server:
         pool = node(server.url, limit=1)
-        monkeypatch.setattr(http1._Connection, "_finish", finish_then_cancel)
+        monkeypatch.setattr(http1_client._Connection, "_finish", finish_then_cancel)
         task = asyncio.ensure_future(pool.exchange("GET", "/", [], None))
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -339,7 +339,7 @@ async def test_a_connection_idle_longer_than_the_keep_alive_time_is_not_reused()
     # dropped silently on the way (a NAT or firewall idle timeout, no FIN): a request on it would
     # wait for the whole read timeout and fail with 504 instead of going out on a new one.
     async with ScriptedServer(lambda req, n: ok(b"{}")) as server:
-        pool = http1.Node(server.url, asyncio.Semaphore(4), 2.0, 5.0, True, keepalive=0.2)
+        pool = http1_client.Node(server.url, asyncio.Semaphore(4), 2.0, 5.0, True, keepalive=0.2)
         assert (await pool.exchange("GET", "/", [], None)).body == b"{}"
         assert (await pool.exchange("GET", "/", [], None)).body == b"{}"
         assert server.connections == 1
@@ -354,7 +354,7 @@ async def test_connections_left_idle_after_a_burst_are_closed_while_traffic_goes
     # The pool is a stack: steady traffic reuses its top; the connections a burst opened sink to
     # the bottom and are closed once idle for the keep-alive time, not kept open for good.
     async with ScriptedServer(lambda req, n: ok(b"{}")) as server:
-        pool = http1.Node(server.url, asyncio.Semaphore(8), 2.0, 5.0, True, keepalive=0.3)
+        pool = http1_client.Node(server.url, asyncio.Semaphore(8), 2.0, 5.0, True, keepalive=0.3)
         await asyncio.gather(*(pool.exchange("GET", "/", [], None) for _ in range(5)))
         assert server.connections == 5
         for _ in range(8):
@@ -394,7 +394,7 @@ async def test_an_answer_arriving_between_a_cancel_and_its_delivery_is_dropped_q
         def is_closing(self) -> bool:
             return self.closed
 
-    connection = http1._Connection(asyncio.get_running_loop(), 5.0)
+    connection = http1_client._Connection(asyncio.get_running_loop(), 5.0)
     transport = Transport()
     connection.connection_made(transport)
     task = asyncio.ensure_future(connection.exchange(b"GET / HTTP/1.1\r\n\r\n", False))

@@ -29,8 +29,8 @@ from aiohttp.http_exceptions import BadHttpMessage, BadHttpMethod, BadStatusLine
 from pydantic import ValidationError
 
 from neardup.config import Config, ConfigError, load_config
-from neardup.proxy import errors
-from neardup.proxy.errors import malformed_problem
+from neardup.proxy.transport import errors
+from neardup.proxy.transport.errors import malformed_problem
 from tests.faultproxy import _read_request, es_like_response
 from tests.test_proxy_server import ProxyProcess, get
 

@@ -20,7 +20,7 @@ import pytest
 import urllib3
 from elasticsearch import Elasticsearch
 
-from neardup.proxy import jsonio
+from neardup.proxy.transport import jsonio
 from tests.test_proxy_support import ProxyThread, proxy  # noqa: F401 - fixture
 
 _POOL = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=60))

@@ -11,9 +11,11 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from neardup.fingerprint import Fingerprinter, FingerprintParams
-from neardup.proxy import collapse, filter_path, jsonio, rawjson, search, tfidf
-from neardup.proxy.fingerprints import default_algorithms
-from neardup.proxy.params import Settings
+from neardup.proxy.grouping import collapse, tfidf_groups
+from neardup.proxy.grouping.fingerprints import default_algorithms
+from neardup.proxy.handlers import filter_path, search_plan
+from neardup.proxy.handlers.params import Settings
+from neardup.proxy.transport import jsonio, rawjson
 from tests.test_proxy_support import ProxyThread, make_config, mapping
 
 FP = Fingerprinter(FingerprintParams()).fingerprint("one two three four five six seven eight").to_source()
@@ -72,13 +74,13 @@ def test_grouping_and_page_agree_with_the_parsed_path() -> None:
     settings = Settings(True, 0.8, "resemblance")
     pages = []
     for loads in (rawjson.loads_search, jsonio.loads):
-        plan = search.plan_search({"size": 4}, [], settings, 100)
-        assert isinstance(plan, search.Plan)
-        window = search.Window(plan)
+        plan = search_plan.plan_search({"size": 4}, [], settings, 100)
+        assert isinstance(plan, search_plan.Plan)
+        window = search_plan.Window(plan)
         window.add_round(loads(raw), plan.first_window())
         groups, fingerprinted = collapse.group(window.hits, "_source", 0.8, "resemblance", algorithms)
         assert fingerprinted == 4 and groups == [[0, 1, 2, 5], [3], [4]]
-        pages.append(json.loads(jsonio.dumps(search.finish(window, groups, fingerprinted))))
+        pages.append(json.loads(jsonio.dumps(search_plan.finish(window, groups, fingerprinted))))
     assert pages[0] == pages[1]
 
 
@@ -86,7 +88,7 @@ def test_tfidf_vector_is_read_from_a_raw_source() -> None:
     vector = {"v": "t1", "t": ["a", "b"], "w": [0.5, 0.5]}
     text = json.dumps({"title": "x", "neardup": {"v": "1", "tf": vector}})
     value = rawjson.loads_search(response([text, '{"neardup":{"v":"1"}}', '{"x":1}']))
-    assert [tfidf.stored_vector(hit, "_source") for hit in value["hits"]["hits"]] == [vector, None, None]
+    assert [tfidf_groups.stored_vector(hit, "_source") for hit in value["hits"]["hits"]] == [vector, None, None]
 
 
 @pytest.mark.parametrize("expression", ["hits.hits._source.text", "hits.hits._source", "-hits.hits._source.big",

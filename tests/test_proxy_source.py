@@ -18,7 +18,7 @@ from elasticsearch import Elasticsearch, helpers
 from neardup.corpora import reuters_documents
 from neardup.fingerprint import Fingerprinter, FingerprintParams, exact_containment
 from neardup.fingerprint.bloom import BloomParams
-from neardup.proxy.source_check import CONTAINS_FIELD, contained_shares, hit_text, page_bloom_params, page_positions
+from neardup.proxy.handlers.source_check import CONTAINS_FIELD, contained_shares, hit_text, page_bloom_params, page_positions
 from tests.test_proxy import assert_es_error, http, post_json, strip_ours
 from tests.test_proxy_support import ProxyThread, mapping, pes, proxy  # noqa: F401 - fixtures
 
@@ -44,9 +44,9 @@ def test_shingling_the_source_and_hits_does_not_load_numba() -> None:
     """The proxy shingles on NumPy (fingerprint.jit switched off around it), and afterwards the
     switch is back where it was."""
     code = ("import sys\n"
-            "import proxy.app\n"
-            "from fingerprint import FingerprintParams, jit\n"
-            "from proxy.source_check import shingle_texts\n"
+            "import neardup.proxy.app\n"
+            "from neardup.fingerprint import FingerprintParams, jit\n"
+            "from neardup.proxy.handlers.source_check import shingle_texts\n"
             "sets = shingle_texts(['The company said profits rose sharply in the quarter.', None],"
             " FingerprintParams())\n"
             "assert len(sets[0]) > 3 and len(sets[1]) == 0\n"

@@ -33,7 +33,7 @@ from neardup.fingerprint import (
     group_labels,
 )
 from neardup.proxy.app import create_app
-from neardup.proxy.collapse import Algorithms
+from neardup.proxy.grouping.collapse import Algorithms
 from neardup.proxy.server import ProxyRunner
 
 
@@ -101,7 +101,7 @@ class ProxyThread:
 
     @property
     def metrics(self):  # noqa: ANN201 - the worker's Metrics
-        from neardup.proxy.app import STATE
+        from neardup.proxy.handlers.context import STATE
 
         assert self.app is not None
         return self.app[STATE].metrics

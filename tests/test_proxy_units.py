@@ -11,12 +11,13 @@ from multidict import CIMultiDict
 from neardup.config import CollapseConfig
 from neardup.corpora import reuters_documents
 from neardup.fingerprint import Fingerprinter, FingerprintParams
-from neardup.proxy import collapse, filter_path
-from neardup.proxy.errors import ProxyError
-from neardup.proxy.fingerprints import default_algorithms
-from neardup.proxy.params import Controls, parse_controls, resolve, split_query
-from neardup.proxy.routes import classify, index_of
-from neardup.proxy.search import Plan, Skip, Window, finish, plan_search, round_request
+from neardup.proxy.grouping import collapse
+from neardup.proxy.grouping.fingerprints import default_algorithms
+from neardup.proxy.handlers import filter_path
+from neardup.proxy.handlers.params import Controls, parse_controls, resolve, split_query
+from neardup.proxy.handlers.routes import classify, index_of
+from neardup.proxy.handlers.search_plan import Plan, Skip, Window, finish, plan_search, round_request
+from neardup.proxy.transport.errors import ProxyError
 
 ALGORITHMS = default_algorithms(FingerprintParams())
 DEFAULTS = resolve(Controls(), CollapseConfig(), "")
@@ -316,7 +317,7 @@ def test_fast_signature_reader_agrees_with_from_source(stories: list[dict]) -> N
                                     "18446744073709551615", "-9223372036854775808", "9999999999999999999"])
 @pytest.mark.parametrize("padding", [0, 5000])   # below and above the vectorised scan's size
 def test_jsonio_keeps_every_integer_exact(number: str, padding: int) -> None:
-    from neardup.proxy import jsonio
+    from neardup.proxy.transport import jsonio
 
     raw = ('{"pad": "' + "x" * padding + '", "n": ' + number + "}").encode()
     value = jsonio.loads(raw)
@@ -327,7 +328,7 @@ def test_jsonio_keeps_every_integer_exact(number: str, padding: int) -> None:
 def test_jsonio_digit_run_scan_agrees_with_the_plain_scan() -> None:
     import random
 
-    from neardup.proxy import jsonio
+    from neardup.proxy.transport import jsonio
 
     rng = random.Random(7)
     for _ in range(300):
@@ -339,7 +340,7 @@ def test_jsonio_digit_run_scan_agrees_with_the_plain_scan() -> None:
 def test_a_first_window_is_split_in_halves_only_on_an_idle_worker() -> None:
     from types import SimpleNamespace
 
-    from neardup.proxy.searching import _halves
+    from neardup.proxy.handlers.collapsed_search import _halves
 
     def state(least: int, in_flight: int) -> object:
         return SimpleNamespace(config=SimpleNamespace(proxy=SimpleNamespace(split_fetch_min_hits=least)),
@@ -361,7 +362,7 @@ def test_a_first_window_is_split_in_halves_only_on_an_idle_worker() -> None:
     ("*;q=0, gzip", True), ("gzip;q=0, *", False), ("*, gzip;q=0", False), ("gzip;q=0, x-gzip", True),
 ])
 def test_gzip_is_accepted_as_elasticsearch_decides(accept_encoding: str | None, gzip: bool) -> None:
-    from neardup.proxy.http import accepts_gzip
+    from neardup.proxy.transport.framing import accepts_gzip
 
     assert accepts_gzip(accept_encoding) is gzip
 

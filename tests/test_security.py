@@ -20,7 +20,7 @@ from elasticsearch import AuthorizationException, Elasticsearch
 
 from neardup.access_rules import READ_POST, RuleError, is_read, parse_rule, path_segments
 from neardup.config import ConfigError, load_config
-from neardup.proxy.access import policy
+from neardup.proxy.transport.access import policy
 from tests.faultproxy import Fault, FaultProxy, closed_port_url, es_like_response, http_response
 from tests.plugins.elasticsearch import EsEndpoint
 from tests.reliability_support import LogCapture, es_error_type, fetch, raw_exchange

@@ -20,11 +20,11 @@ from neardup.indexer.tfidf import (
     record_applied,
     tf_properties,
 )
-from neardup.proxy import collapse, tfidf
-from neardup.proxy.errors import ProxyError
-from neardup.proxy.fingerprints import default_algorithms
-from neardup.proxy.params import Controls, Settings, parse_controls, resolve, split_query
-from neardup.proxy.search import Plan, plan_search
+from neardup.proxy.grouping import collapse, tfidf_groups
+from neardup.proxy.grouping.fingerprints import default_algorithms
+from neardup.proxy.handlers.params import Controls, Settings, parse_controls, resolve, split_query
+from neardup.proxy.handlers.search_plan import Plan, plan_search
+from neardup.proxy.transport.errors import ProxyError
 from neardup.tfidf import tfidf_version_of, weigher_from_config
 
 TEXTS = [
@@ -132,13 +132,13 @@ def vectors_of(texts: list[str], top_k: int = 64) -> list[dict]:
 def test_vector_pairs_ignore_unusable_vectors():
     stored = vectors_of(TEXTS)
     version = stored[0]["v"]
-    positions, i, j = tfidf.vector_pairs(stored, 0.7, version)
+    positions, i, j = tfidf_groups.vector_pairs(stored, 0.7, version)
     assert positions.tolist() == [0, 1, 2, 3] and list(zip(i.tolist(), j.tolist())) == [(0, 1)]
     other = vectors_of(TEXTS, top_k=8)[1]   # another version
     broken = {**stored[1], "t": "###"}
     empty = {**stored[1], "t": "", "w": ""}
     for bad in (other, broken, empty, None, "x"):
-        positions, i, j = tfidf.vector_pairs([stored[0], bad, stored[2]], 0.7, version)
+        positions, i, j = tfidf_groups.vector_pairs([stored[0], bad, stored[2]], 0.7, version)
         assert positions.tolist() == [0, 2] and len(i) == 0
 
 
@@ -162,8 +162,8 @@ def test_group_in_tfidf_mode_folds_the_reordered_text(channel):
 def test_plan_fetches_the_vector_through_fields_in_tfidf_mode():
     settings = Settings(enabled=True, threshold=0.7, mode="tfidf")
     planned = plan_search({"_source": False}, split_query(""), settings, 1000)
-    assert isinstance(planned, Plan) and planned.added_fields == tfidf.TFIDF_FIELDS
+    assert isinstance(planned, Plan) and planned.added_fields == tfidf_groups.TFIDF_FIELDS
     asked = plan_search({"_source": False, "fields": ["neardup.tf.*"]}, split_query(""), settings, 1000)
     assert isinstance(asked, Plan) and asked.added_fields == ()
     resemblance = plan_search({"_source": False}, split_query(""), Settings(True, 0.8, "resemblance"), 1000)
-    assert isinstance(resemblance, Plan) and not set(resemblance.added_fields) & set(tfidf.TFIDF_FIELDS)
+    assert isinstance(resemblance, Plan) and not set(resemblance.added_fields) & set(tfidf_groups.TFIDF_FIELDS)

@@ -68,7 +68,7 @@ def test_the_wheel_holds_one_top_level_name(wheel: Path) -> None:
     assert top_level.decode().split() == ["neardup"]
     for package in ("fingerprint", "indexer", "proxy"):
         assert f"neardup/{package}/__init__.py" in names
-    assert "neardup/proxy/static/playground.html" in names
+    assert "neardup/proxy/handlers/static/playground.html" in names
 
 
 def test_the_installed_package_is_the_wheel_and_only_neardup(clean_env: Path, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import partial
 
 from neardup.fingerprint import FingerprintParams, group_labels, read_signatures, scheme_version, similar_pairs
-from neardup.proxy.collapse import Algorithms
+from neardup.proxy.grouping.collapse import Algorithms
 
 
 def default_algorithms(params: FingerprintParams, tfidf_version: str = "") -> Algorithms:

@@ -27,8 +27,9 @@ from typing import Any, Literal
 import numpy as np
 from msgspec import Raw
 
-from neardup.proxy import tfidf
-from neardup.proxy.rawjson import source_fingerprint
+from neardup.fingerprint.similarity import Mode as SignatureMode
+from neardup.proxy.grouping import tfidf_groups
+from neardup.proxy.transport.rawjson import source_fingerprint
 
 GROUP_FIELD = "neardup.group"
 INNER_HITS_NAME = "neardup"
@@ -53,10 +54,10 @@ _OBJECT: dict[str, Any] = {}
 #: (positions of the objects that hold a usable fingerprint, their signatures (M, K) uint64,
 #: their shingle counts (M,)).
 Signatures = tuple[np.ndarray, np.ndarray, np.ndarray]
-#: ``read(stored fingerprint objects or None) -> Signatures`` (:mod:`proxy.fingerprints`).
+#: ``read(stored fingerprint objects or None) -> Signatures`` (:mod:`proxy.grouping.fingerprints`).
 Reader = Callable[[Sequence[Any]], Signatures]
 #: ``similar_pairs(signatures, counts, threshold, mode) -> (i, j, sim)`` (fingerprint package).
-PairFinder = Callable[[np.ndarray, np.ndarray, float, str], tuple[np.ndarray, np.ndarray, np.ndarray]]
+PairFinder = Callable[[np.ndarray, np.ndarray, float, SignatureMode], tuple[np.ndarray, np.ndarray, np.ndarray]]
 #: ``group_labels(n, i, j) -> labels`` (fingerprint package).
 Labeller = Callable[[int, np.ndarray, np.ndarray], np.ndarray]
 
@@ -66,7 +67,7 @@ class Algorithms:
     read: Reader
     similar_pairs: PairFinder
     group_labels: Labeller
-    #: the TF-IDF version whose stored vectors ``tfidf`` mode compares (:mod:`proxy.tfidf`)
+    #: the TF-IDF version whose stored vectors ``tfidf`` mode compares (:mod:`proxy.grouping.tfidf_groups`)
     tfidf_version: str = ""
 
 
@@ -80,16 +81,16 @@ def stored_fingerprint(hit: dict[str, Any], channel: Channel) -> Any:
     fields = hit.get("fields")
     if not isinstance(fields, dict):
         return None
-    values = {key: fields.get(f"{FINGERPRINT_FIELD}.{key}") for key in FINGERPRINT_KEYS}
+    values: dict[str, Any] = {key: fields.get(f"{FINGERPRINT_FIELD}.{key}") for key in FINGERPRINT_KEYS}
     if not all(isinstance(values[k], list) and len(values[k]) == 1 for k in ("v", "sig", "n")):
         return None
     return {"v": values["v"][0], "sig": values["sig"][0], "n": values["n"][0]}
 
 
 class WindowHits(list):
-    """The hits of a result window (:attr:`proxy.search.Window.hits`), with what :func:`group`
+    """The hits of a result window (:attr:`proxy.handlers.search_plan.Window.hits`), with what :func:`group`
     read from them, so that a tail round reads only the hits it appended and
-    :func:`proxy.similarity.annotate` reuses the signatures instead of reading the page's
+    :func:`proxy.grouping.similarity.annotate` reuses the signatures instead of reading the page's
     fingerprints a second time. A plain list works too (everything is read on every call)."""
 
     __slots__ = ("read_state",)
@@ -169,9 +170,9 @@ def group(hits: Sequence[Any], channel: Channel, threshold: float, mode: Mode,
     and how many hits had a usable fingerprint. Hits without one are groups of one.
     """
     n = len(hits)
-    if mode == tfidf.MODE:  # TF-IDF cosine of the stored vectors instead of signatures
+    if mode == tfidf_groups.MODE:  # TF-IDF cosine of the stored vectors instead of signatures
         _check_and_read(hits, 0, channel, None)
-        fingerprinted, i, j = tfidf.vector_pairs([tfidf.stored_vector(hit, channel) for hit in hits],
+        fingerprinted, i, j = tfidf_groups.vector_pairs([tfidf_groups.stored_vector(hit, channel) for hit in hits],
                                                  threshold, algorithms.tfidf_version)
     else:
         state, stored = _window_read(hits, channel, algorithms.read)
@@ -206,7 +207,7 @@ def group_key(hit: dict[str, Any]) -> str:
 
 
 def _max_score(hits: Sequence[dict[str, Any]]) -> float | None:
-    scores = [h.get("_score") for h in hits if isinstance(h.get("_score"), (int, float))]
+    scores = [score for h in hits if isinstance(score := h.get("_score"), (int, float))]
     return max(scores) if scores else None
 
 

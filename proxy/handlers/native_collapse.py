@@ -20,7 +20,7 @@ and the query-string forms (``_source``, ``_source_includes``, ``_source_exclude
 to the top-level hits only, are translated into the same ``inner_hits`` options
 (:func:`inner_options`). Members are in the client's sort order, at most ``inner_size`` of them.
 
-The response has the window-collapsing format (:mod:`proxy.collapse`): each kept hit carries its
+The response has the window-collapsing format (:mod:`proxy.grouping.collapse`): each kept hit carries its
 group key in ``fields["neardup.group"]`` (here the cluster id) and its other members under
 ``inner_hits.neardup`` (``hits.total`` = how many other hits of the query are in its group), and
 the top-level ``neardup`` summary, with ``"pushdown": true`` and ``groups_total`` (the
@@ -33,8 +33,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from neardup.proxy.collapse import GROUP_FIELD, INNER_HITS_NAME, SUMMARY_KEY, CollapseError, strip_fields, suggestion_options
-from neardup.proxy.glob import glob_match
+from neardup.proxy.grouping.collapse import (
+    GROUP_FIELD,
+    INNER_HITS_NAME,
+    SUMMARY_KEY,
+    CollapseError,
+    strip_fields,
+    suggestion_options,
+)
+from neardup.proxy.handlers.glob import glob_match
 
 CLUSTER_FIELD = "neardup.cluster"
 META_KEY = "neardup_clusters"
@@ -241,8 +248,9 @@ def pushdown_response(response: Any, body: Mapping[str, Any], threshold: float, 
     keep_cluster_field = _asked_for_cluster(body)
     collapsed = 0
     for hit in hits:
-        fields = hit.get("fields") if isinstance(hit, dict) else None
-        group = fields.get(CLUSTER_FIELD) if isinstance(fields, dict) else None
+        given = hit.get("fields") if isinstance(hit, dict) else None
+        fields: dict[str, Any] = given if isinstance(given, dict) else {}
+        group = fields.get(CLUSTER_FIELD)
         inner = ((hit.get("inner_hits") or {}).get(INNER_HITS_NAME) or {}).get("hits")
         if not isinstance(group, list) or not group or not isinstance(group[0], str) \
                 or not isinstance(inner, dict) or not isinstance(inner.get("hits"), list):
@@ -256,7 +264,7 @@ def pushdown_response(response: Any, body: Mapping[str, Any], threshold: float, 
         count = (total.get("value") if isinstance(total, dict) else total)
         others = max(int(count) - 1, len(members)) if isinstance(count, int) else len(members)
         collapsed += others
-        scores = [h.get("_score") for h in members if isinstance(h.get("_score"), (int, float))]
+        scores = [score for h in members if isinstance(score := h.get("_score"), (int, float))]
         hit["inner_hits"][INNER_HITS_NAME] = {"hits": {
             "total": others if total_as_int else {"value": others, "relation": "eq"},
             "max_score": max(scores) if scores else None, "hits": members}}

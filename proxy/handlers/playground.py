@@ -1,6 +1,6 @@
 """The search playground: a static page at ``/_neardup/`` to judge a threshold by eye.
 
-Off unless ``proxy.playground = true``. The page (``proxy/static/playground.{html,css,js}``,
+Off unless ``proxy.playground = true``. The page (``proxy/handlers/static/playground.{html,css,js}``,
 plain files, no build step, nothing loaded from elsewhere) runs its searches through the proxy
 itself, from the browser, with the browser's own credentials, like any other client:
 
@@ -38,16 +38,15 @@ from typing import Any
 from aiohttp import web
 
 from neardup.config import Config, collapse_settings_for, matching_override
-from neardup.proxy import errors, jsonio
-from neardup.proxy import http as httpx
-from neardup.proxy.params import MODES
-from neardup.proxy.searching import ROUTE
+from neardup.proxy.handlers.context import ROUTE
+from neardup.proxy.handlers.params import MODES
+from neardup.proxy.transport import errors, framing, jsonio
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 PAGE_PATH = "/_neardup/"
 ASSET_PREFIX = "/_neardup/playground/"
-#: The files of the page, by the name they are served under: (file in proxy/static, content type).
+#: The files of the page, by the name they are served under: (file in proxy/handlers/static, content type).
 ASSETS = {
     "playground.js": ("playground.js", "text/javascript; charset=utf-8"),
     "playground.css": ("playground.css", "text/css; charset=utf-8"),
@@ -71,7 +70,7 @@ PAGE_REQUESTS = (("GET", "/_cat/indices"), ("GET", "/_mapping/field/{field}"), (
 
 
 def _static(name: str) -> bytes:
-    return (resources.files("neardup.proxy") / "static" / name).read_bytes()
+    return (resources.files("neardup.proxy.handlers") / "static" / name).read_bytes()
 
 
 def settings_for(config: Config, index: str) -> dict[str, Any]:
@@ -96,9 +95,9 @@ def _not_found(app: web.Application, reason: str) -> None:
         request[ROUTE] = "playground"
         raise errors.ProxyError(404, "resource_not_found_exception", reason)
 
-    app.router.add_get("/_neardup", not_found, allow_head=True, **httpx.EXPECT)
-    app.router.add_get(PAGE_PATH, not_found, allow_head=True, **httpx.EXPECT)
-    app.router.add_get(ASSET_PREFIX + "{name:.*}", not_found, allow_head=True, **httpx.EXPECT)
+    app.router.add_get("/_neardup", not_found, allow_head=True, expect_handler=framing.expect_continue)
+    app.router.add_get(PAGE_PATH, not_found, allow_head=True, expect_handler=framing.expect_continue)
+    app.router.add_get(ASSET_PREFIX + "{name:.*}", not_found, allow_head=True, expect_handler=framing.expect_continue)
 
 
 def register(app: web.Application, config: Config) -> None:
@@ -118,7 +117,7 @@ def register_ops(ops: web.Application, config: Config, forward: Handler) -> None
         return
     _serve(ops, config)
     for method, path in PAGE_REQUESTS:
-        ops.router.add_route(method, path, forward, **httpx.EXPECT)
+        ops.router.add_route(method, path, forward, expect_handler=framing.expect_continue)
 
 
 def _serve(app: web.Application, config: Config) -> None:
@@ -138,8 +137,8 @@ def _serve(app: web.Application, config: Config) -> None:
         request[ROUTE] = "playground"
         name = request.match_info["name"]
         if name == "settings":
-            body = settings_for(config, request.query.get("index", ""))
-            return web.Response(body=jsonio.dumps(body), content_type="application/json",
+            settings = settings_for(config, request.query.get("index", ""))
+            return web.Response(body=jsonio.dumps(settings), content_type="application/json",
                                 headers=SECURITY_HEADERS)
         if name not in assets:
             raise errors.ProxyError(404, "resource_not_found_exception",
@@ -147,6 +146,6 @@ def _serve(app: web.Application, config: Config) -> None:
         body, content_type = assets[name]
         return web.Response(body=body, headers={**SECURITY_HEADERS, "Content-Type": content_type})
 
-    app.router.add_get("/_neardup", redirect, allow_head=True, **httpx.EXPECT)
-    app.router.add_get(PAGE_PATH, serve_page, allow_head=True, **httpx.EXPECT)
-    app.router.add_get(ASSET_PREFIX + "{name:.*}", serve_asset, allow_head=True, **httpx.EXPECT)
+    app.router.add_get("/_neardup", redirect, allow_head=True, expect_handler=framing.expect_continue)
+    app.router.add_get(PAGE_PATH, serve_page, allow_head=True, expect_handler=framing.expect_continue)
+    app.router.add_get(ASSET_PREFIX + "{name:.*}", serve_asset, allow_head=True, expect_handler=framing.expect_continue)

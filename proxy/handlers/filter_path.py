@@ -28,8 +28,8 @@ from typing import Any
 
 from msgspec import Raw
 
-from neardup.proxy.glob import glob_match
-from neardup.proxy.rawjson import materialize
+from neardup.proxy.handlers.glob import glob_match
+from neardup.proxy.transport.rawjson import materialize
 
 _DROP = object()
 
@@ -58,7 +58,8 @@ class FilterPath:
 
 def parse(expression: str) -> FilterPath | None:
     """Compile a ``filter_path`` value; ``None`` if it filters nothing."""
-    includes, excludes = [], []
+    includes: list[tuple[str, ...]] = []
+    excludes: list[tuple[str, ...]] = []
     for raw in expression.split(","):
         item = raw.strip()
         if not item:

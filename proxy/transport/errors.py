@@ -26,7 +26,7 @@ from aiohttp.http_exceptions import (
     TransferEncodingError,
 )
 
-from neardup.proxy import jsonio
+from neardup.proxy.transport import jsonio
 
 JSON_CONTENT_TYPE = "application/json; charset=UTF-8"
 

@@ -3,7 +3,8 @@
 Hop-by-hop headers (RFC 9110 §7.6.1: ``Connection`` and the headers it names, ``Keep-Alive``,
 ``Proxy-*``, ``TE``, ``Trailer``, ``Transfer-Encoding``, ``Upgrade``) describe one connection
 and are never forwarded; ``Host`` is the upstream's, and ``Expect: 100-continue`` is answered by
-the proxy's own server (the body is then sent upstream complete). Everything else passes unchanged.
+the proxy's own server (the body is then sent upstream complete). The proxy's own control
+headers (``X-Neardup*``) are read by it and never forwarded. Everything else passes unchanged.
 """
 
 from __future__ import annotations
@@ -15,13 +16,19 @@ from collections.abc import Callable, Iterable, Mapping
 
 from aiohttp import web
 
-from neardup.proxy import errors
-from neardup.proxy.params import is_control_header
+from neardup.proxy.transport import errors
 
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
                         "proxy-connection", "te", "trailer", "trailers", "transfer-encoding",
                         "upgrade", "host", "expect"})
+#: The proxy's own request headers (``X-Neardup``, ``X-Neardup-Threshold``...): read by the
+#: proxy, never forwarded.
+CONTROL_HEADER_PREFIX = "x-neardup"
 _COMPAT = re.compile(r"compatible-with\s*=\s*(\d+)", re.I)
+
+
+def is_control_header(name: str) -> bool:
+    return name.lower().startswith(CONTROL_HEADER_PREFIX)
 
 
 def _connection_tokens(headers: Mapping[str, str]) -> set[str]:
@@ -182,11 +189,9 @@ async def expect_continue(request: web.BaseRequest) -> web.StreamResponse | None
 def _refuse_expectation(request: web.BaseRequest, error: errors.ProxyError) -> web.StreamResponse:
     response = encoded_for(request, errors.error_response(error))
     response.force_close()   # the client may send the body anyway: do not read it as a request
-    hook = request.app.get(EXPECT_REFUSED) if isinstance(request, web.Request) else None
-    if hook is not None:
-        hook(request, response)
+    if isinstance(request, web.Request):
+        hook = request.app.get(EXPECT_REFUSED)
+        if hook is not None:
+            hook(request, response)
     return response
 
-
-#: Route options: every route of the proxy answers ``Expect`` with :func:`expect_continue`.
-EXPECT = {"expect_handler": expect_continue}

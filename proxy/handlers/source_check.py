@@ -23,7 +23,7 @@ A hit that contains the source gets ``fields["neardup.contains_source"] = [share
 σ, how many hits of the page were checked, the filter's candidates and ``contains``, the number
 of hits of the page (representatives and folded members) marked.
 
-The hits' texts come through the plan's channel (:mod:`proxy.search`): from ``_source`` when
+The hits' texts come through the plan's channel (:mod:`proxy.handlers.search_plan`): from ``_source`` when
 the client gets it whole, else as ``fields`` added to the request and removed again, so the
 client sees exactly what it asked for. Shingling runs on NumPy (the compiled kernels are
 switched off around it): the proxy never loads numba.
@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
 import numpy as np
@@ -44,13 +44,13 @@ from neardup.fingerprint import Fingerprinter, FingerprintParams, jit
 from neardup.fingerprint.bloom import BloomParams
 from neardup.fingerprint.copies import build_filter, verify
 from neardup.fingerprint.texts import document_texts
-from neardup.proxy import collapse, errors, jsonio, rawjson, search
-from neardup.proxy import http as httpx
-from neardup.proxy.params import PARAM_SOURCE, Controls, Settings, SourceDocument
-from neardup.proxy.routes import index_of
-
-if TYPE_CHECKING:
-    from neardup.proxy.app import ProxyState
+from neardup.proxy.grouping import collapse
+from neardup.proxy.handlers import search_plan
+from neardup.proxy.handlers.context import ProxyState
+from neardup.proxy.handlers.exchange import upstream_headers
+from neardup.proxy.handlers.params import PARAM_SOURCE, Controls, Settings, SourceDocument
+from neardup.proxy.handlers.routes import index_of
+from neardup.proxy.transport import errors, framing, jsonio, rawjson
 
 CONTAINS_FIELD = "neardup.contains_source"
 SUMMARY_SOURCE_KEY = "source"
@@ -149,8 +149,6 @@ async def fetch_source(state: ProxyState, request: web.Request, raw_path: str, d
                        fields: tuple[str, ...]) -> tuple[str, str]:
     """(concrete index, joined text) of the source document; ES-style 400/404 naming the
     parameter when there is no single index, no such index or document, or no text."""
-    from neardup.proxy.searching import _upstream_headers
-
     index = index_of(raw_path)
     if not index or any(c in index for c in ",*"):
         raise errors.illegal_argument(f"[{PARAM_SOURCE}] needs one index in the path "
@@ -158,10 +156,10 @@ async def fetch_source(state: ProxyState, request: web.Request, raw_path: str, d
     raw_index = raw_path.strip("/").split("/")[0]
     path = (f"/{raw_index}/_doc/{quote(doc_id, safe='')}"
             f"?_source_includes={quote(','.join(fields), safe=',')}")
-    headers = _upstream_headers(request, "application/json")
+    headers = upstream_headers(request, "application/json")
     response = await state.upstream.exchange("GET", path, headers)
     try:
-        raw = httpx.gunzip_response(response.body, response.headers.get("Content-Encoding"))
+        raw = framing.gunzip_response(response.body, response.headers.get("Content-Encoding"))
         answer = jsonio.loads(raw)
     except (OSError, EOFError, ValueError):
         answer = None
@@ -189,14 +187,14 @@ async def fetch_source(state: ProxyState, request: web.Request, raw_path: str, d
     return str(answer.get("_index", index)), "\n".join(texts.texts)
 
 
-def finish(state: ProxyState, window: search.Window, groups: list[list[int]],
+def finish(state: ProxyState, window: search_plan.Window, groups: list[list[int]],
            fingerprinted: int) -> dict[str, Any]:
-    """:func:`proxy.search.finish`, with the page's hits checked against ``neardup_source`` when
+    """:func:`proxy.handlers.search_plan.finish`, with the page's hits checked against ``neardup_source`` when
     the request names one (marks, then the added text fields are stripped with the others)."""
     plan = window.plan
     document = plan.settings.source
     if document is None:
-        return search.finish(window, groups, fingerprinted)
+        return search_plan.finish(window, groups, fingerprinted)
     copies = state.config.copies
     positions = [p for p in page_positions(groups, plan.start, plan.size)
                  if not _is_source(window.hits[p], document.index, document.id)]
@@ -206,7 +204,7 @@ def finish(state: ProxyState, window: search.Window, groups: list[list[int]],
                                           copies.min_share, copies.min_shared)
     for local, share in shares.items():
         collapse.set_field(window.hits[positions[local]], CONTAINS_FIELD, [round(share, 4)])
-    response = search.finish(window, groups, fingerprinted)
+    response = search_plan.finish(window, groups, fingerprinted)
     response[collapse.SUMMARY_KEY][SUMMARY_SOURCE_KEY] = {
         "_id": document.id, "shingles": int(len(source)), "min_share": copies.min_share,
         "checked": sum(1 for text in texts if text), "candidates": candidates, "contains": len(shares)}

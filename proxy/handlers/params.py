@@ -11,15 +11,15 @@ query parameter        header                      values
 ``neardup_source``     ``X-Neardup-Source``        an ``_id`` of the searched index
 =====================  ==========================  ===================================
 
-``tfidf`` groups hits by the TF-IDF cosine of their stored vectors (:mod:`proxy.tfidf`); its
+``tfidf`` groups hits by the TF-IDF cosine of their stored vectors (:mod:`proxy.grouping.tfidf_groups`); its
 threshold is ``tfidf.threshold`` unless the request gives ``neardup_threshold``.
 ``neardup_source`` (``_search`` only) marks the hits of the page that contain a fragment of
-that document (:mod:`proxy.source_check`).
+that document (:mod:`proxy.handlers.source_check`).
 
 They are removed before the request goes upstream (Elasticsearch rejects unknown parameters).
 A query parameter wins over the header of the same meaning. Anything invalid — an unknown
 ``neardup_*`` name, a value out of range, one parameter given twice with different values — is a
-:class:`~proxy.errors.ProxyError` 400 naming the parameter.
+:class:`~proxy.transport.errors.ProxyError` 400 naming the parameter.
 
 The rest of the query string is kept byte for byte: parameters are split on ``&`` and only
 the proxy's own are dropped, nothing is decoded and re-encoded.
@@ -35,7 +35,7 @@ from typing import Literal
 from urllib.parse import unquote_plus
 
 from neardup.config import CollapseConfig, collapse_settings_for
-from neardup.proxy.errors import illegal_argument
+from neardup.proxy.transport.errors import illegal_argument
 
 Mode = Literal["resemblance", "containment", "tfidf"]
 MODES: tuple[Mode, ...] = ("resemblance", "containment", "tfidf")
@@ -43,7 +43,6 @@ MODES: tuple[Mode, ...] = ("resemblance", "containment", "tfidf")
 PARAM_SWITCH, PARAM_THRESHOLD, PARAM_MODE = "neardup", "neardup_threshold", "neardup_mode"
 HEADER_SWITCH, HEADER_THRESHOLD, HEADER_MODE = "X-Neardup", "X-Neardup-Threshold", "X-Neardup-Mode"
 PARAM_SOURCE, HEADER_SOURCE = "neardup_source", "X-Neardup-Source"
-HEADER_PREFIX = "x-neardup"
 _HEADER_OF = {PARAM_SWITCH: HEADER_SWITCH, PARAM_THRESHOLD: HEADER_THRESHOLD, PARAM_MODE: HEADER_MODE,
               PARAM_SOURCE: HEADER_SOURCE}
 _SWITCH_VALUES = {"on": True, "true": True, "off": False, "false": False}
@@ -70,7 +69,7 @@ class Settings:
     #: collapsed is then an error instead of a silent pass-through.
     forced: bool = False
     #: ``neardup_source``: the document the page's hits are checked against, read by
-    #: :func:`proxy.source_check.settings_for`.
+    #: :func:`proxy.handlers.source_check.settings_for`.
     source: SourceDocument | None = None
 
     @property
@@ -152,7 +151,7 @@ def _parse_mode(name: str, value: str) -> Mode:
     if mode not in MODES:
         raise illegal_argument(f"Failed to parse value [{value}] for parameter [{name}]: "
                                f"must be one of [{', '.join(MODES)}]")
-    return mode  # type: ignore[return-value]
+    return mode
 
 
 def _parse_source(name: str, value: str) -> str:
@@ -204,10 +203,6 @@ def parse_controls(raw_query: str, headers: Mapping[str, str]
     return controls, join_query(kept) if changed else raw_query, bool(values)
 
 
-def is_control_header(name: str) -> bool:
-    return name.lower().startswith(HEADER_PREFIX)
-
-
 def resolve(controls: Controls, config: CollapseConfig, index: str,
             tfidf_threshold: float | None = None) -> Settings:
     """Request controls over per-index configuration over global configuration.
@@ -217,8 +212,8 @@ def resolve(controls: Controls, config: CollapseConfig, index: str,
     request gives one, is ``tfidf_threshold`` (``tfidf.threshold``: a cosine, another scale than
     the shingle similarities of ``collapse.threshold``).
     """
-    enabled, threshold, mode = collapse_settings_for(config, index.split(",", 1)[0].strip())
-    mode = controls.mode if controls.mode is not None else mode
+    enabled, threshold, configured_mode = collapse_settings_for(config, index.split(",", 1)[0].strip())
+    mode: Mode = controls.mode if controls.mode is not None else configured_mode
     if mode == "tfidf" and tfidf_threshold is not None:
         threshold = tfidf_threshold
     return Settings(

@@ -1,36 +1,42 @@
-"""The request path of collapsed searches: read, plan, fetch the window in rounds, answer.
+"""The window path of collapsed searches (``_search``, ``_msearch``): read, plan, fetch in rounds, answer.
 
-The imperative shell around :mod:`proxy.search` (planning, merging) and :mod:`proxy.collapse`
-(grouping). Anything unexpected in an upstream response makes the proxy *fail open*: it sends the
-client's original request upstream again and streams that answer back unchanged (logged, counted
-in ``neardup_proxy_fail_open_total``). A 4xx answer to a rewritten search is replaced the same way
-by Elasticsearch's answer to the original request, so the client sees Elasticsearch's own error.
+The imperative shell around :mod:`proxy.handlers.search_plan` (planning, merging) and
+:mod:`proxy.grouping.collapse` (grouping). The hits of a window ``[0, W)`` are fetched in
+rounds until the page of ``from + size`` groups is full, the hits run out or
+``collapse.max_window`` is reached; a search the cluster can group itself goes the push-down
+path instead (:mod:`proxy.handlers.pushdown`). Anything unexpected in an upstream answer makes
+the proxy fail open (:func:`proxy.handlers.exchange.fail_open`). A 4xx answer to a rewritten
+search is replaced by Elasticsearch's answer to the original request, so the client sees
+Elasticsearch's own error.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
-from neardup.proxy import collapse, errors, filter_path, jsonio, pushdown_search, rawjson, similarity, source_check
-from neardup.proxy import http as httpx
-from neardup.proxy.params import Controls, Settings, has_invalid_escape, resolve, split_query, wants_pretty
-from neardup.proxy.routes import index_of
-from neardup.proxy.search import Plan, Skip, Window, apply_filter, finish, plan_search, probe_request, round_request
-
-if TYPE_CHECKING:
-    from neardup.proxy.app import ProxyState
+from neardup.proxy.grouping import collapse
+from neardup.proxy.handlers import exchange, filter_path, pushdown, source_check
+from neardup.proxy.handlers.context import OUTCOME, Incoming, Item, ProxyState, receive
+from neardup.proxy.handlers.params import Controls, Settings, has_invalid_escape, resolve, split_query, wants_pretty
+from neardup.proxy.handlers.routes import index_of
+from neardup.proxy.handlers.search_plan import (
+    Plan,
+    Skip,
+    Window,
+    annotate_page,
+    apply_filter,
+    finish,
+    plan_search,
+    probe_request,
+    round_request,
+)
+from neardup.proxy.transport import errors, framing, jsonio, rawjson
 
 log = logging.getLogger("neardup.proxy")
-
-#: Per-request notes for metrics and the access log: the route, and what happened to a search
-#: ("collapsed", "passed:<reason>", "fail_open", ...).
-ROUTE: web.RequestKey[str] = web.RequestKey("neardup_route", str)
-OUTCOME: web.RequestKey[str | None] = web.RequestKey("neardup_outcome", object)  # type: ignore[arg-type]
 
 #: Reasons to refuse ``neardup=on`` with 400, as Elasticsearch refuses ``collapse`` there.
 _REFUSED_WHEN_FORCED = {
@@ -44,47 +50,6 @@ _MSEARCH_ITEM_PARAMS = ("rest_total_hits_as_int",)
 _NON_JSON_ACCEPT = ("yaml", "cbor", "smile")
 
 
-class FailOpen(Exception):
-    """Collapsing this response is impossible; answer with the upstream's answer to the original."""
-
-
-@dataclass
-class Incoming:
-    """The client's request as the search path needs it."""
-
-    request: web.Request
-    raw_path: str
-    query: str          # without the neardup controls
-    raw_body: bytes     # exactly as received (maybe gzip)
-    body: bytes         # decoded
-
-    @property
-    def path_qs(self) -> str:
-        return self.raw_path + ("?" + self.query if self.query else "")
-
-
-async def read_body(request: web.Request, limit: int) -> bytes:
-    """The whole request body as received; 413 when it exceeds ``limit`` bytes."""
-    errors.check_declared_length(request.content_length, limit)
-    data = bytearray()
-    try:
-        async for chunk in request.content.iter_any():
-            data += chunk
-            if len(data) > limit:
-                raise errors.body_too_large(None, limit)
-    except ConnectionResetError:
-        # aiohttp's word for "the client closed before the body's end": the client's doing,
-        # not a proxy failure to log with a traceback and count as a 500.
-        raise errors.client_closed() from None
-    return bytes(data)
-
-
-async def receive(request: web.Request, raw_path: str, query: str, limit: int) -> Incoming:
-    raw = await read_body(request, limit)
-    body = httpx.decode_body(raw, request.headers.get("Content-Encoding"), limit)
-    return Incoming(request, raw_path, query, raw, body)
-
-
 def _accepts_json(request: web.Request, params: list[tuple[str, str, str]]) -> bool:
     """The answer will be JSON: neither the ``Accept`` header nor the ``format`` parameter
     (which Elasticsearch honours on every API, ``?format=yaml``) asks for another format."""
@@ -93,93 +58,36 @@ def _accepts_json(request: web.Request, params: list[tuple[str, str, str]]) -> b
     return not any(kind in accept or kind in formats for kind in _NON_JSON_ACCEPT)
 
 
-def _upstream_headers(request: web.Request, content_type: str) -> list[tuple[str, str]]:
-    headers = httpx.request_headers(
-        request.headers, drop=("content-length", "content-encoding", "accept-encoding", "content-type"))
-    headers.append(("Content-Type", content_type))
-    return headers
-
-
-async def _fetch(state: ProxyState, incoming: Incoming, path_qs: str,
-                 headers: list[tuple[str, str]], body: bytes) -> tuple[int, Any, bytes]:
-    """(status, upstream headers, decoded body) of one upstream round."""
-    reply = await state.upstream.exchange(incoming.request.method, path_qs, headers, body)
-    try:
-        raw = httpx.gunzip_response(reply.body, reply.headers.get("Content-Encoding"))
-    except (OSError, EOFError, ValueError) as exc:
-        raise FailOpen(f"undecodable upstream body: {exc}") from None
-    if not httpx.is_json(reply.headers.get("Content-Type")):
-        raise FailOpen(f"upstream answered {reply.content_type or 'no Content-Type'}, not JSON")
-    return reply.status, reply.headers, raw
-
-
-def _respond(incoming: Incoming, status: int, upstream_headers: Any, value: Any,
-             pretty: bool) -> web.Response:
-    return _upstream_response(incoming, status, upstream_headers, jsonio.dumps(value, pretty=pretty))
-
-
-def _upstream_response(incoming: Incoming, status: int, upstream_headers: Any, body: bytes) -> web.Response:
-    """``body`` (decoded JSON) with the upstream's headers, gzipped if the client accepts it."""
-    response = web.Response(status=status, body=body)
-    for name, value in httpx.response_headers(upstream_headers, drop=("content-length", "content-encoding")):
-        response.headers.add(name, value)
-    return httpx.encoded_for(incoming.request, response)
-
-
-async def _pass(state: ProxyState, incoming: Incoming, reason: str | None) -> web.StreamResponse:
-    from neardup.proxy.app import forward
-
-    incoming.request[OUTCOME] = f"passed:{reason}" if reason else "passed"
-    extra = [("X-Neardup-Skipped", reason)] if reason else []
-    return await forward(incoming.request, incoming.raw_path, incoming.query,
-                         body=incoming.raw_body, extra_headers=extra)
-
-
-async def _fail_open(state: ProxyState, incoming: Incoming, exc: BaseException) -> web.StreamResponse:
-    log.warning("collapse failed, answering uncollapsed: %s: %s", type(exc).__name__, exc,
-                extra={"fields": {"event": "fail_open", "path": incoming.raw_path,
-                                  "error.type": type(exc).__name__, "error.message": str(exc)}})
-    state.metrics.inc("neardup_proxy_fail_open_total")
-    response = await _pass(state, incoming, "fail_open")
-    incoming.request[OUTCOME] = "fail_open"
-    return response
-
-
-def _record(state: ProxyState, incoming: Incoming, collapsed: int) -> None:
-    incoming.request[OUTCOME] = "collapsed"
-    state.metrics.inc("neardup_proxy_hits_collapsed_total", collapsed)
-
-
 # -- _search --------------------------------------------------------------------------------
 async def search(state: ProxyState, request: web.Request, raw_path: str, query: str,
                  settings: Settings) -> web.StreamResponse:
     incoming = await receive(request, raw_path, query, state.config.proxy.max_body_bytes)
     content_type = request.headers.get("Content-Type")
     if incoming.raw_body and not content_type:
-        return await _pass(state, incoming, "no_content_type")   # Elasticsearch answers 406
-    if incoming.body.strip() and content_type and not httpx.is_json(content_type):
-        return await _pass(state, incoming, "non_json_body")
+        return await exchange.pass_through(incoming, "no_content_type")   # Elasticsearch answers 406
+    if incoming.body.strip() and content_type and not framing.is_json(content_type):
+        return await exchange.pass_through(incoming, "non_json_body")
     params = split_query(query)
     if not _accepts_json(request, params):
-        return await _pass(state, incoming, "non_json_accept")
+        return await exchange.pass_through(incoming, "non_json_accept")
     try:
         body = _parse_search_body(incoming.body, params)
     except ValueError:
-        return await _pass(state, incoming, "unparsable_body")  # Elasticsearch explains
+        return await exchange.pass_through(incoming, "unparsable_body")  # Elasticsearch explains
     plan = plan_search(body, params, settings, state.config.collapse.max_window)
     if isinstance(plan, Skip):
         if settings.forced and plan.reason in _REFUSED_WHEN_FORCED:
             raise errors.illegal_argument(_REFUSED_WHEN_FORCED[plan.reason] + " [neardup=on]")
-        return await _pass(state, incoming, plan.reason)
+        return await exchange.pass_through(incoming, plan.reason)
     try:
-        pushed = None if plan.settings.source else await pushdown_search.search(state, incoming, plan)
+        pushed = None if plan.settings.source else await pushdown.search(state, incoming, plan)
         return pushed if pushed is not None else await _collapse_one(state, incoming, plan)
-    except FailOpen as exc:
-        return await _fail_open(state, incoming, exc)
+    except exchange.FailOpen as exc:
+        return await exchange.fail_open(state, incoming, exc)
     except errors.ProxyError:
         raise
     except Exception as exc:  # noqa: BLE001 - any collapse bug must fail open, never 500
-        return await _fail_open(state, incoming, exc)
+        return await exchange.fail_open(state, incoming, exc)
 
 
 def _parse_search_body(body: bytes, params: list[tuple[str, str, str]]) -> dict[str, Any]:
@@ -187,7 +95,7 @@ def _parse_search_body(body: bytes, params: list[tuple[str, str, str]]) -> dict[
     text = body
     if "source" in given or "source_content_type" in given:
         # Elasticsearch reads them only together, JSON, and without a body; else it says why.
-        if body.strip() or "source" not in given or not httpx.is_json(given.get("source_content_type")):
+        if body.strip() or "source" not in given or not framing.is_json(given.get("source_content_type")):
             raise ValueError("source parameters Elasticsearch refuses")
         text = given["source"].encode()
     if not text.strip():
@@ -200,35 +108,33 @@ def _parse_search_body(body: bytes, params: list[tuple[str, str, str]]) -> dict[
 
 async def _collapse_one(state: ProxyState, incoming: Incoming, plan: Plan) -> web.StreamResponse:
     request = incoming.request
-    content_type = request.headers.get("Content-Type")
-    headers = _upstream_headers(request, content_type if httpx.is_json(content_type)
-                                else httpx.json_content_type_for(request.headers.get("Accept")))
+    headers = exchange.json_headers(request)
     if plan.needs_probe:   # would Elasticsearch take the client's window? Else its own answer
         qs, body = probe_request(plan)
-        status, upstream_headers, raw = await _fetch(state, incoming, incoming.raw_path + ("?" + qs if qs else ""),
+        status, upstream_headers, raw = await exchange.fetch(state, incoming, incoming.raw_path + ("?" + qs if qs else ""),
                                                      headers, jsonio.dumps(body))
         if status != 200:
-            return await _refused(state, incoming, status, upstream_headers, raw)
+            return await _refused(incoming, status, upstream_headers, raw)
     window = Window(plan)
     offset, count = 0, plan.first_window()
     first_headers = None
     while True:
         halves = _halves(state, offset, count)
-        fetches = [_fetch(state, incoming, incoming.raw_path + ("?" + qs if qs else ""), headers, jsonio.dumps(body))
+        fetches = [exchange.fetch(state, incoming, incoming.raw_path + ("?" + qs if qs else ""), headers, jsonio.dumps(body))
                    for qs, body in (round_request(plan, start, size) for start, size in halves)]
         rounds = [await fetches[0]] if len(fetches) == 1 else await _together(fetches)
         took_before, took = window.took, 0
         for (start, size), (status, upstream_headers, raw) in zip(halves, rounds):
             if status != 200:
                 if start == 0:
-                    return await _refused(state, incoming, status, upstream_headers, raw)
-                raise FailOpen(f"upstream answered {status} to a tail round")
+                    return await _refused(incoming, status, upstream_headers, raw)
+                raise exchange.FailOpen(f"upstream answered {status} to a tail round")
             first_headers = first_headers or upstream_headers
             before = window.took
             try:
                 window.add_round(rawjson.loads_search(raw), size)
             except ValueError as exc:
-                raise FailOpen(str(exc)) from None
+                raise exchange.FailOpen(str(exc)) from None
             took = max(took, window.took - before)
         window.took = took_before + took   # halves run at the same time: the longer one's took
         groups, fingerprinted = collapse.group(window.hits, plan.channel, plan.settings.threshold,
@@ -237,17 +143,17 @@ async def _collapse_one(state: ProxyState, incoming: Incoming, plan: Plan) -> we
         if following is None:
             break
         offset, count = following
-    similarity.annotate_page(window, groups, state.algorithms.read)
+    annotate_page(window, groups, state.algorithms.read)
     response = source_check.finish(state, window, groups, fingerprinted)
-    _record(state, incoming, response[collapse.SUMMARY_KEY]["collapsed"])
-    return _respond(incoming, 200, first_headers, apply_filter(plan.filter, response), plan.pretty)
+    exchange.record(state, incoming, response[collapse.SUMMARY_KEY]["collapsed"])
+    return exchange.respond(incoming, 200, first_headers, apply_filter(plan.filter, response), plan.pretty)
 
 
 def _halves(state: ProxyState, offset: int, count: int) -> list[tuple[int, int]]:
     """The round ``[offset, offset + count)`` as one request, or as two concurrent halves when it
     is a first window of at least ``proxy.split_fetch_min_hits`` hits and this worker has no other
     request in flight: Elasticsearch then fetches the halves' documents on two threads, which
-    nearly halves the upstream time of a large page on an idle proxy, for one more query phase.
+    shortens the wait for a large page on an idle proxy, for one more query phase.
     Under load the extra query phase would only cost throughput, so it is never split then."""
     least = state.config.proxy.split_fetch_min_hits
     if offset or not least or count < least or state.metrics.in_flight > 1:
@@ -266,14 +172,14 @@ async def _together(fetches: list[Any]) -> list[tuple[int, Any, bytes]]:
     return results  # type: ignore[return-value]
 
 
-async def _refused(state: ProxyState, incoming: Incoming, status: int, upstream_headers: Any,
+async def _refused(incoming: Incoming, status: int, upstream_headers: Any,
                    raw: bytes) -> web.StreamResponse:
     """The answer when the first request of a collapsed search (or a later ``_msearch`` batch
     refused for a client's own search in it) is not answered 200: to a client error (4xx but
     429) Elasticsearch's answer to the original request, so the client sees its own error, not
     one about the rewrite; anything else (429, 5xx) as the upstream sent it."""
     if _client_error(status):
-        return await _pass(state, incoming, f"upstream_{status}")
+        return await exchange.pass_through(incoming, f"upstream_{status}")
     return _raw_response(incoming, status, upstream_headers, raw)
 
 
@@ -284,57 +190,40 @@ def _client_error(status: int) -> bool:
 
 def _raw_response(incoming: Incoming, status: int, upstream_headers: Any, raw: bytes) -> web.Response:
     incoming.request[OUTCOME] = f"upstream_{status}"
-    return _upstream_response(incoming, status, upstream_headers, raw)
+    return exchange.upstream_response(incoming, status, upstream_headers, raw)
 
 
 # -- _msearch -------------------------------------------------------------------------------
-@dataclass
-class Item:
-    header: bytes
-    body: bytes
-    plan: Plan | None
-    window: Window | None = None
-    result: Any = None
-    pending: tuple[int, int] | None = None   # next (offset, count) for a planned item
-    original: bool = False                   # send the original body next (fallback)
-    pushdown: bool = False                   # send it as native collapse on cluster ids next
-    probe: bool = False                      # send the plan's probe_request next (the client's window)
-    groups: list[list[int]] = field(default_factory=list)
-    fingerprinted: int = 0
-    index: str = ""                          # the header's index, else the path's (push-down looks it up)
-    header_names: tuple[str, ...] = ()       # the header's keys (push-down checks them as parameters)
-
-
 async def msearch(state: ProxyState, request: web.Request, raw_path: str, query: str,
                   controls: Controls) -> web.StreamResponse:
     incoming = await receive(request, raw_path, query, state.config.proxy.max_body_bytes)
     content_type = request.headers.get("Content-Type")
     if incoming.raw_body and not content_type:
-        return await _pass(state, incoming, "no_content_type")   # Elasticsearch answers 406
-    if content_type and not httpx.is_ndjson(content_type):
-        return await _pass(state, incoming, "non_json_body")
+        return await exchange.pass_through(incoming, "no_content_type")   # Elasticsearch answers 406
+    if content_type and not framing.is_ndjson(content_type):
+        return await exchange.pass_through(incoming, "non_json_body")
     params = split_query(query)
     if not _accepts_json(request, params):
-        return await _pass(state, incoming, "non_json_accept")
+        return await exchange.pass_through(incoming, "non_json_accept")
     if any(has_invalid_escape(raw) for _, _, raw in params):
-        return await _pass(state, incoming, "invalid_parameter")
+        return await exchange.pass_through(incoming, "invalid_parameter")
     try:
         client_filter = filter_path.parse(next((v for n, v, _ in params if n == "filter_path"), ""))
     except filter_path.UnsupportedFilterPath:
-        return await _pass(state, incoming, "unsupported_filter_path")
+        return await exchange.pass_through(incoming, "unsupported_filter_path")
     try:
         items = _parse_msearch(incoming.body, params, controls, state, index_of(raw_path))
     except ValueError:
-        return await _pass(state, incoming, "unparsable_body")
+        return await exchange.pass_through(incoming, "unparsable_body")
     if not any(item.plan for item in items):
-        return await _pass(state, incoming, "nothing_to_collapse")
+        return await exchange.pass_through(incoming, "nothing_to_collapse")
     try:
-        await pushdown_search.mark(state, incoming, items)
+        await pushdown.mark(state, incoming, items)
         return await _collapse_many(state, incoming, items, params, client_filter)
     except errors.ProxyError:
         raise
     except Exception as exc:  # noqa: BLE001 - fail open on anything unexpected
-        return await _fail_open(state, incoming, exc)
+        return await exchange.fail_open(state, incoming, exc)
 
 
 def _parse_msearch(body: bytes, params: list[tuple[str, str, str]], controls: Controls,
@@ -376,8 +265,8 @@ async def _collapse_many(state: ProxyState, incoming: Incoming, items: list[Item
                          client_filter: filter_path.FilterPath | None) -> web.StreamResponse:
     request = incoming.request
     content_type = request.headers.get("Content-Type") or \
-        httpx.ndjson_content_type_for(request.headers.get("Accept"))
-    headers = _upstream_headers(request, content_type)
+        framing.ndjson_content_type_for(request.headers.get("Accept"))
+    headers = exchange.upstream_headers(request, content_type)
     upstream_query = "&".join(raw for name, _, raw in params if name != "filter_path")
     path_qs = incoming.raw_path + ("?" + upstream_query if upstream_query else "")
     first: dict[str, Any] | None = None
@@ -393,12 +282,12 @@ async def _collapse_many(state: ProxyState, incoming: Incoming, items: list[Item
             if item.original:
                 lines += [item.header, item.body]
             elif item.pushdown:
-                lines += [item.header, pushdown_search.item_body(state, item)]
+                lines += [item.header, pushdown.item_body(state, item)]
             else:
                 assert item.plan is not None and item.pending is not None
                 _, body = probe_request(item.plan) if item.probe else round_request(item.plan, *item.pending)
                 lines += [item.header, jsonio.dumps(body)]
-        status, upstream_headers, raw = await _fetch(state, incoming, path_qs, headers,
+        status, upstream_headers, raw = await exchange.fetch(state, incoming, path_qs, headers,
                                                      b"\n".join(lines) + b"\n")
         if status != 200:
             # A batch that carries a client's own search (its first round, pushed down or as the
@@ -410,32 +299,32 @@ async def _collapse_many(state: ProxyState, incoming: Incoming, items: list[Item
             # is sent again as it came).
             own = _client_error(status) and any(_carries_own_search(item) for item in batch)
             if first is None or own:
-                return await _refused(state, incoming, status, upstream_headers, raw)
-            raise FailOpen(f"upstream answered {status} to a tail round")
+                return await _refused(incoming, status, upstream_headers, raw)
+            raise exchange.FailOpen(f"upstream answered {status} to a tail round")
         reply = rawjson.loads_msearch(raw)
         responses = reply.get("responses") if isinstance(reply, dict) else None
         if not isinstance(responses, list) or len(responses) != len(batch):
-            raise FailOpen("msearch response does not hold one response per search")
+            raise exchange.FailOpen("msearch response does not hold one response per search")
         if first is None:
             first, first_headers = reply, upstream_headers
         took += reply.get("took", 0) if isinstance(reply.get("took"), int) else 0
         for item, answer in zip(batch, responses):
             if item.pushdown:  # answered, or back to the window path for the next round
-                pushdown_search.take_answer(state, incoming, item, answer)
+                pushdown.take_answer(state, incoming, item, answer)
             else:
                 _advance_item(state, item, answer)
     collapsed = 0
     results = []
     for item in items:
         if item.window is not None and item.result is None:
-            similarity.annotate_page(item.window, item.groups, state.algorithms.read)
+            annotate_page(item.window, item.groups, state.algorithms.read)
             item.result = finish(item.window, item.groups, item.fingerprinted)
             collapsed += item.result[collapse.SUMMARY_KEY]["collapsed"]
         results.append(item.result)
     assert first is not None
-    _record(state, incoming, collapsed)
+    exchange.record(state, incoming, collapsed)
     response = {**first, "took": took, "responses": results}
-    return _respond(incoming, 200, first_headers, apply_filter(client_filter, response), pretty)
+    return exchange.respond(incoming, 200, first_headers, apply_filter(client_filter, response), pretty)
 
 
 def _carries_own_search(item: Item) -> bool:

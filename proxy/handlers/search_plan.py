@@ -22,7 +22,7 @@ The fingerprints come back through one of two *channels*:
   patterns ask for them.
 
 With ``neardup_source`` the configured text fields (``indexer.fields``) come the same way: in
-``_source``, or added to ``fields`` and removed again (:mod:`proxy.source_check`).
+``_source``, or added to ``fields`` and removed again (:mod:`proxy.handlers.source_check`).
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from neardup.proxy import collapse, filter_path, tfidf
-from neardup.proxy.glob import glob_match
-from neardup.proxy.params import Settings, has_invalid_escape
+from neardup.proxy.grouping import collapse, similarity, tfidf_groups
+from neardup.proxy.handlers import filter_path
+from neardup.proxy.handlers.glob import glob_match
+from neardup.proxy.handlers.params import Settings, has_invalid_escape
 
 #: Query-string parameters the proxy takes over on a collapsed search.
 _TAKEN_PARAMS = frozenset({"from", "size", "filter_path", "source", "source_content_type"})
@@ -153,7 +154,7 @@ def _suggest_only(body: dict[str, Any], query: dict[str, str]) -> bool:
 
 def fingerprint_fields_for(mode: str) -> tuple[str, ...]:
     """The stored fields grouping reads in ``mode``: the TF-IDF vector in ``tfidf`` mode."""
-    return tfidf.TFIDF_FIELDS if mode == tfidf.MODE else FINGERPRINT_FIELDS
+    return tfidf_groups.TFIDF_FIELDS if mode == tfidf_groups.MODE else FINGERPRINT_FIELDS
 
 
 def _matches_fingerprint(patterns: Sequence[str], names: Sequence[str] = FINGERPRINT_FIELDS) -> list[str]:
@@ -180,7 +181,8 @@ def plan_search(body: dict[str, Any], params: list[tuple[str, str, str]], settin
     body_start, body_size = _body_int(body.get("from", 0)), _body_int(body.get("size", 10))
     start = _query_int(query["from"]) if "from" in query else body_start
     size = _query_int(query["size"]) if "size" in query else body_size
-    if any(number is None or number < 0 for number in (body_start, body_size, start, size)):
+    if body_start is None or body_size is None or start is None or size is None \
+            or min(body_start, body_size, start, size) < 0:
         return Skip("invalid_from_size")  # Elasticsearch answers it
     if size == 0:
         return Skip("size_0")
@@ -347,7 +349,7 @@ def strip_added_beyond_hits(plan: Plan, response: dict[str, Any]) -> dict[str, A
 
 def _strip_added_from_suggestions(plan: Plan, response: dict[str, Any]) -> None:
     """Remove the added fingerprint fields from ``response``'s suggestion options
-    (:func:`proxy.collapse.suggestion_options`): a suggester has no ``fields`` of its own, so
+    (:func:`proxy.grouping.collapse.suggestion_options`): a suggester has no ``fields`` of its own, so
     every added one goes; term and phrase options hold none."""
     for option in collapse.suggestion_options(response):
         collapse.strip_fields(option, plan.added_fields)
@@ -397,3 +399,10 @@ def _aggregation_results(aggs: dict[str, Any], results: dict[str, Any]
 
 def apply_filter(plan_filter: filter_path.FilterPath | None, response: Any) -> Any:
     return plan_filter.apply(response) if plan_filter is not None else response
+
+
+def annotate_page(window: Window, groups: Sequence[Sequence[int]], read: collapse.Reader) -> None:
+    """:func:`proxy.grouping.similarity.annotate` the groups of the page ``window`` will show."""
+    plan = window.plan
+    similarity.annotate(window.hits, groups[plan.start:plan.start + plan.size], plan.channel,
+                        plan.settings.mode, read)

@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass
 
 from neardup.access_rules import Rule, is_read, parse_rule, path_segments
-from neardup.proxy.errors import ProxyError
+from neardup.proxy.transport.errors import ProxyError
 
 
 @dataclass(frozen=True)

@@ -3,28 +3,28 @@
 Two hits are similar when ``cos(a, b) = Σ_t a_t b_t / (‖a‖ ‖b‖) ≥ t`` over their stored top-k
 vectors ``neardup.tf`` (:mod:`fingerprint.tfidf`; written by the indexer, weighted with the
 statistics of their index when they were enriched, so nothing is looked up at search time). All
-pairs of a window come from one sparse product (:func:`fingerprint.tfidf.cosine_pairs`: 19–44 ms
-for 1,000 hits, ``bench/RESULTS.md``). A hit whose vector is missing, malformed, of another
-TF-IDF version than the proxy's configuration makes, or empty (no terms) is never grouped.
+pairs of a window come from one sparse product (:func:`fingerprint.tfidf.cosine_pairs`). A hit
+whose vector is missing, malformed, of another TF-IDF version than the proxy's configuration
+makes, or empty (no terms) is never grouped.
 
-The vector comes through the same channels as the fingerprint (:mod:`proxy.search`): from
-``_source`` when the client gets it whole, else as the ``fields`` ``neardup.tf.v``, ``neardup.tf.t``
-and ``neardup.tf.w``.
+The vector comes through the same channels as the fingerprint
+(:mod:`proxy.handlers.search_plan`): from ``_source`` when the client gets it whole, else as the
+``fields`` ``neardup.tf.v``, ``neardup.tf.t`` and ``neardup.tf.w``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 from msgspec import Raw
 
 from neardup.fingerprint import FIELD
 from neardup.fingerprint.tfidf import TF_FIELD, TfidfFormatError, TfidfVector, cosine_pairs
-from neardup.proxy.rawjson import source_vector
+from neardup.proxy.transport.rawjson import source_vector
 
-MODE = "tfidf"
+MODE: Final = "tfidf"
 TF_KEYS = ("v", "t", "w")
 #: The ``fields`` the proxy asks for in tfidf mode when the client does not get ``_source``.
 TFIDF_FIELDS = tuple(f"{FIELD}.{TF_FIELD}.{key}" for key in TF_KEYS)
@@ -44,7 +44,7 @@ def stored_vector(hit: Any, channel: str) -> Any:
     fields = hit.get("fields")
     if not isinstance(fields, dict):
         return None
-    values = [fields.get(name) for name in TFIDF_FIELDS]
+    values: list[Any] = [fields.get(name) for name in TFIDF_FIELDS]
     if not all(isinstance(v, list) and len(v) == 1 for v in values):
         return None
     return {key: value[0] for key, value in zip(TF_KEYS, values)}
@@ -70,7 +70,7 @@ def vector_pairs(stored: Sequence[Any], threshold: float, version: str
     empty = np.empty(0, dtype=np.int64)
     if len(positions) < 2:
         return positions, empty, empty
-    i, j, _ = cosine_pairs([parsed[k] for k in positions.tolist()], threshold)  # type: ignore[misc]
+    i, j, _ = cosine_pairs([parsed[k] for k in positions.tolist()], threshold)
     return positions, np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64)
 
 

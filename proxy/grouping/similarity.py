@@ -8,7 +8,7 @@ collapsed hit ``m`` with ``K`` minhash slots and shingle counts ``a = |R|``, ``b
 
 * resemblance: ``Ĵ(r, m) = (equal slots) / K``;
 * containment: ``max(Ĉ(r in m), Ĉ(m in r))`` with ``Ĉ(A, B) = Ĵ (a + b) / ((1 + Ĵ) a)``;
-* tfidf: the cosine of their stored TF-IDF vectors (:mod:`proxy.tfidf`).
+* tfidf: the cosine of their stored TF-IDF vectors (:mod:`proxy.grouping.tfidf_groups`).
 
 The value goes into the collapsed hit's ``fields["neardup.similarity"]`` (a one-element list,
 as Elasticsearch's ``fields`` values are), rounded to 4 decimals. A mode without an estimator
@@ -19,17 +19,14 @@ that means something else.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from neardup.fingerprint.similarity import containment_from_resemblance
 from neardup.fingerprint.tfidf import cosine
-from neardup.proxy import tfidf
-from neardup.proxy.collapse import Channel, Reader, set_field, stored_fingerprint, window_signatures
-
-if TYPE_CHECKING:
-    from neardup.proxy.search import Window
+from neardup.proxy.grouping import tfidf_groups
+from neardup.proxy.grouping.collapse import Channel, Reader, set_field, stored_fingerprint, window_signatures
 
 SIMILARITY_FIELD = "neardup.similarity"
 
@@ -56,13 +53,13 @@ def annotate(hits: Sequence[dict[str, Any]], groups: Sequence[Sequence[int]], ch
              mode: str, read: Reader) -> None:
     """Put ``fields["neardup.similarity"]`` on every collapsed member of ``groups`` (in place):
     its similarity to the group's first (kept) hit. The signatures are those grouping read
-    (:func:`proxy.collapse.window_signatures`, for a window's :class:`proxy.collapse.WindowHits`),
+    (:func:`proxy.grouping.collapse.window_signatures`, for a window's :class:`proxy.grouping.collapse.WindowHits`),
     else the page's fingerprints are read in one call; all pairs are compared in one vectorised
     step. Call it before the fingerprint fields the proxy added are stripped from the hits.
     """
     estimator = ESTIMATORS.get(mode)
     folded = [members for members in groups if len(members) > 1]
-    if mode == tfidf.MODE and folded:
+    if mode == tfidf_groups.MODE and folded:
         _annotate_cosines(hits, folded, channel)
         return
     if estimator is None or not folded:
@@ -102,21 +99,14 @@ def _annotate_cosines(hits: Sequence[dict[str, Any]], folded: Sequence[Sequence[
     """``tfidf`` mode: the TF-IDF cosine of each collapsed hit's vector to its kept hit's (grouping
     admitted only vectors of one version, so the kept hit's version is the one to compare)."""
     for members in folded:
-        kept = tfidf.stored_vector(hits[members[0]], channel)
+        kept = tfidf_groups.stored_vector(hits[members[0]], channel)
         version = kept.get("v") if isinstance(kept, dict) else None
         if not isinstance(version, str):
             continue
-        kept_vector = tfidf.parse_vector(kept, version)
+        kept_vector = tfidf_groups.parse_vector(kept, version)
         if kept_vector is None:
             continue
         for member in members[1:]:
-            vector = tfidf.parse_vector(tfidf.stored_vector(hits[member], channel), version)
+            vector = tfidf_groups.parse_vector(tfidf_groups.stored_vector(hits[member], channel), version)
             if vector is not None:
                 set_field(hits[member], SIMILARITY_FIELD, [round(cosine(kept_vector, vector), 4)])
-
-
-def annotate_page(window: Window, groups: Sequence[Sequence[int]], read: Reader) -> None:
-    """:func:`annotate` the groups of the page a :class:`proxy.search.Window` will show."""
-    plan = window.plan
-    annotate(window.hits, groups[plan.start:plan.start + plan.size], plan.channel,
-             plan.settings.mode, read)

@@ -3,7 +3,7 @@
 * One :class:`aiohttp.ClientSession` per worker process with a keep-alive ``TCPConnector``
   of ``upstream.max_connections`` connections, for requests that stream (:meth:`Upstream.send`:
   pass-through of any body and answer); and for whole-body exchanges (:meth:`Upstream.exchange`:
-  the collapsed searches, which need the whole answer anyway) :mod:`proxy.http1`'s leaner
+  the collapsed searches, which need the whole answer anyway) :mod:`proxy.transport.http1_client`'s leaner
   keep-alive connections, up to ``upstream.max_connections`` of them as well.
 * Requests go to the nodes in turn; a node that refuses the connection, or does not accept it
   within ``upstream.connect_timeout``, is skipped and the next one tried (the request was not
@@ -21,7 +21,7 @@
   library (``User-Agent``, ``Accept``, ``Accept-Encoding``, ``Content-Type`` only if the client
   sent them).
 * A node that sends nothing for ``upstream.request_timeout`` seconds gives a 504; one that cannot
-  be reached gives a 502 (:mod:`proxy.errors`).
+  be reached gives a 502 (:mod:`proxy.transport.errors`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from yarl import URL
 
 from neardup import access_rules
 from neardup.config import UpstreamConfig
-from neardup.proxy import errors, http1, jsonio
+from neardup.proxy.transport import errors, http1_client, jsonio
 from neardup.upstream import without_credentials
 
 #: Headers aiohttp would add on its own; the proxy sends only what the client sent.
@@ -76,7 +76,7 @@ class Upstream:
         #: url -> (consecutive connection failures, monotonic time before which it goes last)
         self._down: dict[str, tuple[int, float]] = {}
         self._session: aiohttp.ClientSession | None = None
-        self._nodes: dict[str, http1.Node] = {}
+        self._nodes: dict[str, http1_client.Node] = {}
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(
@@ -88,7 +88,7 @@ class Upstream:
                                           sock_read=self.config.request_timeout),
             cookie_jar=aiohttp.DummyCookieJar(), raise_for_status=False, trust_env=False)
         slots = asyncio.Semaphore(self.config.max_connections)
-        self._nodes = {url: http1.Node(url, slots, self.config.connect_timeout,
+        self._nodes = {url: http1_client.Node(url, slots, self.config.connect_timeout,
                                        self.config.request_timeout, ssl_context(self.config))
                        for url in self.urls}
 
@@ -109,7 +109,7 @@ class Upstream:
                    body: Body = None, base_url: str | None = None) -> aiohttp.ClientResponse:
         """Send one request; return the response with its body not yet read (release it!).
 
-        Raises :class:`~proxy.errors.ProxyError` 502/504 on connection failures and timeouts.
+        Raises :class:`~proxy.transport.errors.ProxyError` 502/504 on connection failures and timeouts.
         """
         async def attempt(url: str) -> aiohttp.ClientResponse:
             try:
@@ -119,7 +119,7 @@ class Upstream:
             except aiohttp.ClientConnectorError as exc:
                 raise _Unreachable(exc.os_error.strerror or str(exc) if exc.os_error else str(exc)) from None
             except aiohttp.ConnectionTimeoutError:
-                raise _Unreachable(http1.no_connection_within(self.config.connect_timeout)) from None
+                raise _Unreachable(http1_client.no_connection_within(self.config.connect_timeout)) from None
             except (TimeoutError, aiohttp.ServerTimeoutError):
                 raise errors.upstream_timeout(self.config.request_timeout) from None
             except aiohttp.ClientError as exc:
@@ -129,18 +129,18 @@ class Upstream:
         return await self._with_failover(method, path_qs, replayable, base_url, attempt)
 
     async def exchange(self, method: str, path_qs: str, headers: list[tuple[str, str]],
-                       body: bytes | None = None) -> http1.Reply:
+                       body: bytes | None = None) -> http1_client.Reply:
         """One request whose body is in memory, and its whole answer: :meth:`send` with the
-        answer read, the same failover, 502 and 504, over :mod:`proxy.http1`'s leaner
+        answer read, the same failover, 502 and 504, over :mod:`proxy.transport.http1_client`'s leaner
         connections (the search path's hot loop)."""
-        async def attempt(url: str) -> http1.Reply:
+        async def attempt(url: str) -> http1_client.Reply:
             try:
                 return await self._nodes[url].exchange(method, path_qs, headers, body)
-            except http1.ConnectFailed as exc:
+            except http1_client.ConnectFailed as exc:
                 raise _Unreachable(str(exc)) from None
-            except http1.ReadTimeout:
+            except http1_client.ReadTimeout:
                 raise errors.upstream_timeout(self.config.request_timeout) from None
-            except http1.Broken as exc:
+            except http1_client.Broken as exc:
                 if exc.answered:   # part of an answer came: like a body that breaks in read()
                     raise errors.upstream_broken(str(exc)) from None
                 raise _Broken(str(exc)) from None

@@ -1,11 +1,10 @@
 """A small HTTP/1.1 client for whole-body exchanges with the upstream: the search hot path.
 
 A collapsed search sends a body held in memory and needs the whole answer before it can group
-anything, so it does not need streaming, redirects, cookies, proxies or decompression. Over
-:class:`aiohttp.ClientSession` each such exchange costs ~0.15 ms of CPU (request and response
-objects, headers merging, tracing hooks, a stream reader) on this project's reference machine:
-about as much as the rest of an aiohttp proxy hop. Here one exchange is one ``write`` of the
-request and an :class:`asyncio.Protocol` that collects the answer (``bench/RESULTS.md``, "Proxy").
+anything, so it does not need streaming, redirects, cookies, proxies or decompression, nor the
+per-request objects :class:`aiohttp.ClientSession` builds for them (request and response
+objects, headers merging, tracing hooks, a stream reader). Here one exchange is one ``write``
+of the request and an :class:`asyncio.Protocol` that collects the answer.
 
 What it does, as RFC 9112 asks of a client:
 
@@ -20,7 +19,7 @@ What it does, as RFC 9112 asks of a client:
   within :data:`KEEPALIVE` seconds of its last answer;
 * a read timeout: no bytes from the node for ``read_timeout`` seconds fails the exchange.
 
-Errors are exceptions of three kinds, which :mod:`proxy.upstream` maps to 502/504 and retries:
+Errors are exceptions of three kinds, which :mod:`proxy.transport.upstream` maps to 502/504 and retries:
 :class:`ConnectFailed` (nothing was sent), :class:`ReadTimeout`, :class:`Broken` (the connection
 failed or the answer was malformed after the request was written; ``answered`` says whether any
 byte of an answer had arrived).

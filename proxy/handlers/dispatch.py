@@ -1,0 +1,46 @@
+"""Every request that is not an ops endpoint: checked, classified, then collapsed or forwarded.
+
+The access policy (:mod:`proxy.transport.access`) may refuse it; the proxy's own controls
+(:mod:`proxy.handlers.params`) are read and removed; a ``_search`` with collapsing on goes the
+collapsed path (:mod:`proxy.handlers.collapsed_search`), an ``_msearch`` too unless collapsing
+is switched off for the whole request, and anything else is forwarded unchanged
+(:mod:`proxy.handlers.forward`).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from neardup.proxy.handlers import collapsed_search, source_check
+from neardup.proxy.handlers.context import OUTCOME, ROUTE, STATE
+from neardup.proxy.handlers.forward import forward
+from neardup.proxy.handlers.params import parse_controls, resolve
+from neardup.proxy.handlers.routes import classify, index_of
+from neardup.proxy.transport import errors
+
+
+async def proxy_request(request: web.Request) -> web.StreamResponse:
+    """Every request that is not an ops endpoint."""
+    state = request.app[STATE]
+    raw_path, _, raw_query = request.raw_path.partition("?")
+    if not raw_path.startswith("/"):  # absolute-form target: the upstream is the configured one
+        raise errors.illegal_argument("the request target must be a path starting with '/', "
+                                      "not an absolute URI; the proxy forwards only to upstream.urls")
+    refusal = state.policy.refusal(request.method, raw_path)
+    if refusal is not None:
+        raise refusal
+    route = classify(request.method, raw_path)
+    request[ROUTE] = route
+    controls, query, _ = parse_controls(raw_query, request.headers)
+    if route == "msearch":
+        source_check.refuse_in_msearch(controls)   # neardup_source: _search only
+    if route != "passthrough":
+        if route == "search":
+            settings = resolve(controls, state.config.collapse, index_of(raw_path), state.config.tfidf.threshold)
+            settings = await source_check.settings_for(state, request, raw_path, settings, controls)
+            if settings.enabled:
+                return await collapsed_search.search(state, request, raw_path, query, settings)
+        elif controls.enabled is not False:  # per-item settings: each search decides
+            return await collapsed_search.msearch(state, request, raw_path, query, controls)
+        request[OUTCOME] = "passed:off"
+    return await forward(request, raw_path, query)
