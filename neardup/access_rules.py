@@ -1,7 +1,7 @@
 """The grammar of the proxy's access rules (pure): read-only requests and path allow-list rules.
 
 Shared by the configuration, which refuses a rule it cannot parse, and the proxy, which applies
-the rules (:mod:`neardup.proxy.access`).
+the rules (:mod:`neardup.proxy.transport.access`).
 
 A *rule* is ``"[METHOD[,METHOD...] ]/path/pattern"``: the methods it admits (any when none are
 given) and a pattern over the path's ``/``-separated segments:

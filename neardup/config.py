@@ -102,7 +102,7 @@ class ProxyConfig(_Section):
     split_fetch_min_hits: Annotated[int, Field(ge=0, le=1_000_000)] = 40
     #: Serve the search playground page at ``/_neardup/`` (404 when off).
     playground: bool = False
-    #: Refuse (403) every request that could write: see :mod:`neardup.proxy.access`.
+    #: Refuse (403) every request that could write: see :mod:`neardup.proxy.transport.access`.
     read_only: bool = False
     #: If not empty, only requests matching one of these rules go upstream (403 otherwise):
     #: ``"[METHOD[,METHOD...]] /path/pattern"``, e.g. ``"GET,POST /logs-*/_search"``.

@@ -229,7 +229,7 @@ def test_tls_upstream_is_verified_by_default(tls_es: EsEndpoint) -> None:
     auth = {"Authorization": "Basic " + base64.b64encode(f"{tls_es.username}:{tls_es.password}".encode()).decode()}
     with ProxyThread(_tls_config(tls_es)) as proxy:          # no CA bundle: the system's CAs
         refused = fetch(proxy.url, "GET", "/_cluster/health", headers=auth)
-        # The collapsed search path (proxy/http1.py) verifies the same way.
+        # The collapsed search path (proxy/transport/http1_client.py) verifies the same way.
         refused_search = fetch(proxy.url, "POST", "/any/_search", headers=auth)
     with ProxyThread(_tls_config(tls_es, verify_certs=False)) as proxy:
         unverified = fetch(proxy.url, "GET", "/_cluster/health", headers=auth)
