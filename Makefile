@@ -10,6 +10,8 @@
 #                       directly and through the proxy (DATA=path, DOCS=n; KEEP=1 leaves
 #                       the node running: scripts/es status --home run/es-demo)
 #   make es-start       start a development node (ES_PORT, ES_SECURITY), make es-stop stops it
+#                       (ENGINE=elasticsearch|opensearch and VERSION=... choose the server for
+#                       test, demo and es-start; default Elasticsearch 8.19.21)
 #   make bench          run the benchmarks under bench/ against a fresh node
 #
 # Variables: PYTHON (python3), PYTEST_ARGS (extra pytest arguments), DATA (folder of the shared
@@ -26,6 +28,9 @@ DOCS ?= 3000
 ES_PORT ?= 9200
 ES_SECURITY ?= off
 ES_HEAP ?= 1g
+ENGINE ?=
+VERSION ?=
+ES_SERVER := $(if $(ENGINE),--engine $(ENGINE)) $(if $(VERSION),--version $(VERSION))
 TEST_ES_HOME := run/es-test
 DEMO_ES_HOME := run/es-demo
 BENCH_ES_HOME := run/es-bench
@@ -61,7 +66,7 @@ check: install
 # whatever happens, including Ctrl-C.
 test: install check browser-deps
 	@trap 'scripts/es stop --home $(TEST_ES_HOME) --purge' EXIT; trap 'exit 130' INT TERM; \
-	scripts/es start --home $(TEST_ES_HOME) --port auto --security off --heap $(ES_HEAP) --fresh >/dev/null || exit 1; \
+	scripts/es start $(ES_SERVER) --home $(TEST_ES_HOME) --port auto --security off --heap $(ES_HEAP) --fresh >/dev/null || exit 1; \
 	NEARDUP_TEST_ES_URL=$$(scripts/es url --home $(TEST_ES_HOME)) $(PY) -m pytest $(PYTEST_ARGS); \
 	status=$$?; \
 	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
@@ -69,11 +74,11 @@ test: install check browser-deps
 
 demo: install
 	@trap '[ -n "$(KEEP)" ] || scripts/es stop --home $(DEMO_ES_HOME)' EXIT; trap 'exit 130' INT TERM; \
-	scripts/es start --home $(DEMO_ES_HOME) --port auto --security off --heap $(ES_HEAP) >/dev/null || exit 1; \
+	scripts/es start $(ES_SERVER) --home $(DEMO_ES_HOME) --port auto --security off --heap $(ES_HEAP) >/dev/null || exit 1; \
 	NEARDUP_DEMO_ES_URL=$$(scripts/es url --home $(DEMO_ES_HOME)) $(PY) scripts/demo $(if $(DATA),--data $(DATA)) --docs $(DOCS)
 
 es-start:
-	scripts/es start --port $(ES_PORT) --security $(ES_SECURITY) --heap $(ES_HEAP)
+	scripts/es start $(ES_SERVER) --port $(ES_PORT) --security $(ES_SECURITY) --heap $(ES_HEAP)
 
 es-stop:
 	scripts/es stop --port $(ES_PORT)

