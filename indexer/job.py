@@ -21,7 +21,7 @@ with the values ``neardup cluster`` gives a singleton (``neardup.cluster`` = the
 that join another's cluster. The parent maps ``neardup.cluster``/``neardup.bands`` (keyword)
 with the other sub-fields and decides whether seeds are possible (:func:`seed_plan`); every
 worker checks the index's ``_meta`` after each acknowledged bulk request and withdraws the
-request's seeds if clusters appeared meanwhile (:mod:`indexer.cluster_seed`). Once the index
+request's seeds if clusters appeared meanwhile (:mod:`indexer.cluster.seeds`). Once the index
 has clusters, a changed fingerprint clears the cluster values instead.
 """
 
@@ -47,7 +47,7 @@ from neardup.config import Config, collapse_settings_for
 from neardup.fingerprint import FIELD, Fingerprinter, scheme_version
 from neardup.fingerprint.tfidf import TF_FIELD
 from neardup.indexer.client import display_url, make_client
-from neardup.indexer.cluster_seed import Seeder, SeedPlan, plan_mapping_with_seeds, seed_plan
+from neardup.indexer.cluster.seeds import Seeder, SeedPlan, plan_mapping_with_seeds, seed_plan
 from neardup.indexer.enrich import STORED_PATHS, cleared_cluster_keys, compute_fingerprint
 from neardup.indexer.errors import JobError, error_type_and_reason, explain
 from neardup.indexer.mapping import field_paths, put_neardup_mapping, text_fields
@@ -56,7 +56,7 @@ from neardup.indexer.query import TF_VERSION_PATH, SliceSpec, already_current, p
 from neardup.indexer.reader import SliceReader
 from neardup.indexer.retry import Retrier
 from neardup.indexer.stats import JobStats
-from neardup.indexer.tfidf import TfidfEnricher, make_enricher, neardup_of, source_texts, tf_properties
+from neardup.indexer.tfidf_vectors import TfidfEnricher, make_enricher, neardup_of, source_texts, tf_properties
 from neardup.indexer.writer import BulkUpdater
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ def _die_with_parent() -> None:
 def fingerprint_function(fields: Sequence[str], fingerprinter: Fingerprinter,
                          tfidf: TfidfEnricher | None = None):
     """``source -> (outcome, neardup value or None)``; with ``tfidf``, the value also holds the
-    TF-IDF vector ``tf`` (weighted with the statistics of the page, see :mod:`indexer.tfidf`)."""
+    TF-IDF vector ``tf`` (weighted with the statistics of the page, see :mod:`indexer.tfidf_vectors`)."""
     def fingerprint_source(source: Mapping[str, Any]):
         outcome, fingerprint = compute_fingerprint(source, fields, fingerprinter)
         if fingerprint is None:

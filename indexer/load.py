@@ -31,7 +31,7 @@ with a known ``_id`` is loaded with the values ``neardup cluster`` gives a singl
 run writes only the documents that join another's cluster. After each chunk's bulk request is
 acknowledged the index's ``_meta`` is read again; if clusters appeared, the chunk's seeds are
 withdrawn (conditional on each document's new ``_seq_no``) and no more are written
-(:mod:`indexer.cluster_seed`). Once the index has clusters, documents are loaded without
+(:mod:`indexer.cluster.seeds`). Once the index has clusters, documents are loaded without
 cluster values (a replaced document loses the values of its earlier version), and wait for
 the next ``neardup cluster``. The ``neardup.cluster``/``neardup.bands`` a line brings in its
 own ``neardup`` object (exported from another index, say) are always dropped: they name
@@ -41,15 +41,15 @@ clusters of another index, so only the seed (or nothing) is loaded.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, BinaryIO, Literal
 
 from elasticsearch import ApiError, Elasticsearch
 
 from neardup.fingerprint import FIELD, Fingerprint, Fingerprinter, FingerprintParams
-from neardup.indexer.cluster_docs import CLUSTER_MAPPING
-from neardup.indexer.cluster_seed import (
+from neardup.indexer.cluster.documents import CLUSTER_MAPPING
+from neardup.indexer.cluster.seeds import (
     SeededWrite,
     Seeder,
     SeedPlan,
@@ -58,15 +58,16 @@ from neardup.indexer.cluster_seed import (
     seeded_write,
     uncertain_write,
 )
-from neardup.indexer.dedup import Match, RunIndex, best_match, candidate_search, candidates_from_hits
-from neardup.indexer.enrich import CLUSTER_KEYS, EnrichedLine
+from neardup.indexer.enrich import CLUSTER_KEYS, EnrichedLine, enrich_read_line
 from neardup.indexer.errors import JobError, error_type_and_reason
-from neardup.indexer.lines import Line, LineCounts, parse, read_lines
+from neardup.indexer.jsonlines import Line, LineCounts, read_lines
 from neardup.indexer.mapping import DUPLICATE_OF, plan_neardup_mapping, put_neardup_mapping, wanted_properties
+from neardup.indexer.matching import Match, RunIndex, best_match, candidate_search, candidates_from_hits
+from neardup.indexer.progress import Progress
 from neardup.indexer.query import TF_VERSION_PATH
 from neardup.indexer.retry import TRANSIENT_STATUSES, Retrier
-from neardup.indexer.stats import Failures
-from neardup.indexer.tfidf import TfidfEnricher, neardup_of, tf_properties, vectors_of_lines
+from neardup.indexer.stats import Failures, JobStats
+from neardup.indexer.tfidf_vectors import TfidfEnricher, neardup_of, tf_properties, vectors_of_lines
 
 OnDuplicate = Literal["allow", "tag", "skip"]
 
@@ -183,8 +184,11 @@ def prepare_index(client: Elasticsearch, retrier: Retrier, options: LoadOptions,
 
 class Loader:
     def __init__(self, client: Elasticsearch, retrier: Retrier, fingerprinter: Fingerprinter,
-                 options: LoadOptions, errors: IO[str], tfidf: TfidfEnricher | None = None) -> None:
+                 options: LoadOptions, errors: IO[str], tfidf: TfidfEnricher | None = None,
+                 progress: Progress | None = None) -> None:
         self.client = client
+        self.progress = progress or Progress()
+        self.stats = JobStats()   # what the progress shows: documents read, loaded, failed
         self.tfidf = tfidf
         self.retrier = retrier
         self.fingerprinter = fingerprinter
@@ -195,13 +199,25 @@ class Loader:
         self.seeder: Seeder | None = None
 
     def run(self, stream: BinaryIO) -> LoadResult:
+        """Load the JSON lines of ``stream``."""
+        return self.run_lines(read_lines(stream))
+
+    def run_lines(self, lines: Iterable[Line]) -> LoadResult:
+        """Load the documents of ``lines`` (:mod:`indexer.formats`)."""
         self.result.created_index, seeds = prepare_index(self.client, self.retrier, self.options,
                                                          tf_properties() if self.tfidf is not None else None,
                                                          self.fingerprinter.params)
         if seeds is not None:
             self.seeder = Seeder(self.client, self.retrier, seeds, self.retrier.max_retries, self.result.failures)
-        for chunk in chunks(read_lines(stream), self.options.batch_size):
-            self._load_chunk(chunk)
+        try:
+            for chunk in chunks(iter(lines), self.options.batch_size):
+                self._load_chunk(chunk)
+                self.stats.read += len(chunk)
+                self.stats.updated = self.result.loaded
+                self.stats.failures = self.result.failures
+                self.progress.tick(self.stats)
+        finally:
+            self.progress.close()
         return self.result
 
     # --- one chunk -----------------------------------------------------------------------------
@@ -275,7 +291,7 @@ class Loader:
             if line.text is not None and not line.text.strip():
                 counts.blank += 1
                 continue
-            parsed = parse(line, self.options.fields, self.fingerprinter)
+            parsed = enrich_read_line(line, self.options.fields, self.fingerprinter)
             if parsed.outcome == "bad":
                 counts.add_bad(line.number, parsed.error, self.errors)
                 continue

@@ -37,7 +37,7 @@ from neardup.proxy.pushdown_search import FactsCache
 from neardup.proxy.routes import classify, index_of
 from neardup.proxy.searching import OUTCOME, ROUTE
 from neardup.proxy.upstream import Upstream
-from neardup.tfidf import tfidf_version_of
+from neardup.tfidf_config import tfidf_version_of
 
 log = logging.getLogger("neardup.proxy")
 access_log = logging.getLogger("neardup.proxy.access")

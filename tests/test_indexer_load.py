@@ -13,8 +13,8 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams
-from neardup.indexer.dedup import similarity
 from neardup.indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_STOPPED
+from neardup.indexer.matching import similarity
 from tests.plugins.corpora import run_neardup, with_seed
 
 pytestmark = pytest.mark.timeout(600)

@@ -1,6 +1,6 @@
 """The cluster run's backstop: before ``ready``, withdraw cluster values it did not examine.
 
-The seed protocol (:mod:`indexer.cluster_seed`) lives in the indexer: a seeded write is
+The seed protocol (:mod:`indexer.cluster.seeds`) lives in the indexer: a seeded write is
 withdrawn by the check that follows its acknowledgement. If that check never runs (the worker
 is killed between the acknowledgement and the check, or the check fails because the node is
 unreachable), a seed written after the first cluster run's point in time stays: the document
@@ -16,7 +16,7 @@ checkpoint over its copies (and the primary's global checkpoint; :func:`take_cut
 ``_stats?level=shards`` request). Every operation at or below it was in Lucene on every copy
 before that refresh, so the run's reading saw it; an operation above it may or may not have
 been seen. Where that refresh is depends on the strategy
-(:meth:`indexer.cluster.Job.cut_and_refresh`):
+(:meth:`indexer.cluster.job.Job.cut_and_refresh`):
 
 * ``memory`` reads every document with a point in time opened after the run's first refresh,
   so the cut must come before that refresh. A cut taken after it would be unsound: an
@@ -41,7 +41,7 @@ while the run ran, about as much as was written meanwhile. The alternatives were
 search for seed-shaped values cannot be expressed without scripts (``cluster == _id``), and a
 full second read of the index costs as much as the run's own reading.
 
-**Which values stay** (:meth:`indexer.cluster.Job.vouches`):
+**Which values stay** (:meth:`indexer.cluster.job.Job.vouches`):
 
 * ``memory``: the run holds, for every document it read, its fingerprint (``v``, ``sig``,
   ``n``) and the values it computed. A document whose fingerprint is the one the run read and
@@ -69,7 +69,7 @@ refresh (sent before the worker died, still queued on the node while the whole r
 reindexed, or ``_meta`` overwritten) but kept its cluster values: the proxy does not collapse
 natively on it (no ``ready``); ``neardup index``/``load`` write seeds again (for new or
 changed documents, which is correct: they are new to the next run); ``--incremental`` refuses
-(no clusters recorded); the next full run is a *first* run (:meth:`indexer.cluster.Job.previous_ids`),
+(no clusters recorded); the next full run is a *first* run (:meth:`indexer.cluster.job.Job.previous_ids`),
 so its ids are those of a first run (the smallest member key) rather than the previous ids,
 and it rewrites the members whose id changes. The values are correct after it; only the
 stability of the ids across that run is lost. Stored values cannot be told apart from seeds
@@ -81,19 +81,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from elasticsearch import Elasticsearch
 
+from neardup.config import Config
 from neardup.fingerprint import FIELD
-from neardup.indexer.cluster_docs import CLUSTER, SOURCE_FIELDS, Stored, stored_values
-from neardup.indexer.cluster_seed import withdraw_values
+from neardup.indexer.cluster.documents import CLUSTER, SOURCE_FIELDS, Stored, stored_values
+from neardup.indexer.cluster.options import ClusterOptions
+from neardup.indexer.cluster.result import ClusterResult
+from neardup.indexer.cluster.seeds import withdraw_values
 from neardup.indexer.docversion import DocVersion
 from neardup.indexer.errors import JobError, error_type_and_reason
 from neardup.indexer.retry import Retrier
-
-if TYPE_CHECKING:
-    from neardup.indexer.cluster import Job
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,20 @@ class Changed(DocVersion):
     attempts: int = 0
 
 
-def changed_since(job: Job, cut: Cut) -> Iterator[Changed]:
+class Run(Protocol):
+    """What the backstop needs of a cluster run (:class:`indexer.cluster.job.Job` is one)."""
+
+    config: Config
+    options: ClusterOptions
+    client: Elasticsearch
+    retrier: Retrier
+    result: ClusterResult
+
+    def vouches(self, doc: Changed, checkpoint: int) -> bool:
+        """Whether the values ``doc`` holds (changed after the shard's ``checkpoint``) are the run's own."""
+
+
+def changed_since(job: Run, cut: Cut) -> Iterator[Changed]:
     """Documents with a ``_seq_no`` above their shard's cut holding ``neardup.cluster`` (refreshed)."""
     for index, shards in sorted(cut.items()):
         for shard, checkpoint in sorted(shards.items()):
@@ -157,7 +170,7 @@ def changed_since(job: Job, cut: Cut) -> Iterator[Changed]:
                 after = hits[-1]["sort"]
 
 
-def withdraw_unexamined(job: Job, cut: Cut) -> int:
+def withdraw_unexamined(job: Run, cut: Cut) -> int:
     """Withdraw the cluster values changed after ``cut`` that the run cannot vouch for; the
     number withdrawn (failures go to the run's stats)."""
     unvouched = [c for c in changed_since(job, cut) if not job.vouches(c, cut[c.index][c.shard])]
@@ -180,7 +193,7 @@ def withdraw_unexamined(job: Job, cut: Cut) -> int:
     return withdrawn
 
 
-def _judge_again(job: Job, cut: Cut, items: list[Changed], fail: Callable[[str, Changed], None]) -> list[Changed]:
+def _judge_again(job: Run, cut: Cut, items: list[Changed], fail: Callable[[str, Changed], None]) -> list[Changed]:
     """Read documents again (real time): those still holding a value the run cannot vouch for."""
     response = job.retrier.call("re-reading documents changed during the run", lambda: job.client.mget(
         docs=[c.get_ref() for c in items], source=SOURCE_FIELDS, realtime=True))

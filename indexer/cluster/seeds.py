@@ -12,13 +12,13 @@ at no extra write, and the first cluster run only writes the documents whose val
 differ (members that join another member's cluster).
 
 **What a seed is** (:meth:`SeedPlan.values`): ``cluster`` = the document's key as the cluster
-job names it (:func:`indexer.cluster_docs.doc_key`: its ``_id``, or ``<index>/<_id>`` when the
+job names it (:func:`indexer.cluster.documents.doc_key`: its ``_id``, or ``<index>/<_id>`` when the
 index expression covers several indices) and ``bands`` = its LSH keys for the banding the
 cluster job uses by default for that index expression (``collapse.threshold`` for the index,
-with supershingle keys; :func:`indexer.cluster.cluster_params`), or ``[]`` when it has no words.
+with supershingle keys; :func:`indexer.cluster.options.cluster_params`), or ``[]`` when it has no words.
 A run with another threshold, or over another index expression, finds different values and
 rewrites them: slower, still correct. The first full run of an index takes no stored value as a
-previous cluster id (:meth:`indexer.cluster.Job.previous_ids`), so its ids do not depend on which
+previous cluster id (:meth:`indexer.cluster.job.Job.previous_ids`), so its ids do not depend on which
 documents have a seed. Cost at index time: the band keys of each page (vectorised, NumPy), about
 16 more keywords a document, and one filtered ``GET _mapping`` per seeded bulk request.
 ``neardup enrich`` (lines to stdout, bound for an
@@ -37,7 +37,7 @@ stand for "clustered" unless a cluster run saw the document. The rule:
   values (:func:`indexer.enrich.cleared_cluster_keys`), and the document waits for the next
   cluster run.
 * A full cluster run puts ``_meta.neardup_clusters`` (``state: building``) *before* its
-  refresh and point in time (:func:`indexer.cluster.run_cluster`).
+  refresh and point in time (:func:`indexer.cluster.run.run_cluster`).
 * After every bulk request that carried seeds is acknowledged, the writer reads the ``_meta``
   again (:meth:`Seeder.confirm`). If clusters are recorded by then, it withdraws the seeds of
   that request (:meth:`Seeder.withdraw`: a partial update setting both values to null,
@@ -73,7 +73,7 @@ job, named in its summary (a full ``neardup cluster`` run fixes it).
 request's acknowledgement and its check (or whose check fails, the node unreachable) leaves
 its seeds. So every full cluster run, before it marks ``ready``, finds the documents changed
 after what it read (per shard, ``_seq_no`` above a checkpoint taken before its refresh) and
-withdraws the cluster values it cannot vouch for (:mod:`indexer.cluster_backstop`). Not
+withdraws the cluster values it cannot vouch for (:mod:`indexer.cluster.backstop`). Not
 covered: a seeded request the node applies only after that search.
 
 The check before a request is the answer of the previous check (one ``GET _mapping`` per
@@ -93,9 +93,10 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 from elasticsearch import ApiError, Elasticsearch
 
-from neardup.fingerprint import FIELD, FingerprintParams
-from neardup.fingerprint.lsh import Banding, key_strings
-from neardup.indexer.cluster_docs import BANDS, CLUSTER, CLUSTER_MAPPING, doc_key
+from neardup.fingerprint import FIELD, FingerprintParams, scheme_version
+from neardup.fingerprint.lsh import Banding, choose_banding, key_strings
+from neardup.indexer.cluster.documents import BANDS, CLUSTER, CLUSTER_MAPPING, doc_key
+from neardup.indexer.cluster.meta import META_KEY
 from neardup.indexer.docversion import DocVersion
 from neardup.indexer.errors import JobError, error_type_and_reason
 from neardup.indexer.mapping import MappingPlan, plan_neardup_mapping
@@ -104,9 +105,6 @@ from neardup.indexer.stats import Failures
 
 log = logging.getLogger(__name__)
 
-#: Same key as :data:`indexer.cluster.META_KEY` (not imported: this module is imported by the
-#: indexer, which must not load the cluster job).
-META_KEY = "neardup_clusters"
 #: ``filter_path`` of the ``_meta`` check: empty answer = no clusters recorded.
 META_FILTER = f"*.mappings._meta.{META_KEY}.state"
 WITHDRAWN = {CLUSTER: None, BANDS: None}
@@ -159,9 +157,6 @@ class SeedPlan:
                    indices: Sequence[str]) -> SeedPlan:
         """The plan for the cluster job's defaults on ``index`` (``threshold``: the collapse
         threshold for it), whose concrete indices are ``indices``."""
-        from neardup.fingerprint import scheme_version
-        from neardup.fingerprint.lsh import choose_banding
-
         return cls(index, scheme_version(fingerprint), fingerprint.num_perm,
                    choose_banding(threshold, fingerprint.num_perm, fingerprint.groups), len(indices) > 1)
 
@@ -191,7 +186,7 @@ class SeedPlan:
 
 
 def _signature(value: Mapping[str, Any], version: str, num_perm: int) -> tuple[bytes | None, int]:
-    """As :func:`indexer.cluster_docs.usable_signature`, for a value about to be written."""
+    """As :func:`indexer.cluster.documents.usable_signature`, for a value about to be written."""
     count = value.get("n")
     if value.get("v") != version or not isinstance(value.get("sig"), str):
         return None, 0
