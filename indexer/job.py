@@ -148,8 +148,9 @@ def prepare(config: Config, options: IndexOptions) -> SeedPlan | None:
                                                extra=tf_properties() if tfidf is not None else None)
         check_fields(client, retrier, options, plan.root_mappings)
         put_neardup_mapping(client, retrier, options.index, plan)
-        for index in sorted(plan.root_mappings) if tfidf is not None else ():
-            tfidf.store(index).ensure_index()  # before the workers race to create it
+        if tfidf is not None:
+            for index in sorted(plan.root_mappings):
+                tfidf.store(index).ensure_index()  # before the workers race to create it
         refresh_before_reading(client, retrier, options.index)
         if not mapped:
             return None

@@ -254,9 +254,13 @@ class Loader:
     def _add_seeds(self, items: Sequence[_Item], extras: list[dict[str, Any]]) -> None:
         """Put the cluster seed of each fingerprinted item with a known ``_id`` in its ``extra``."""
         assert self.seeder is not None
-        rows = [k for k, item in enumerate(items) if item.id is not None and item.parsed.fingerprint is not None]
-        seeds = self.seeder.values([(self.options.index, items[k].id or "", items[k].parsed.fingerprint.to_source())
-                                    for k in rows])
+        known: list[tuple[int, str, Fingerprint]] = []
+        for k, item in enumerate(items):
+            if item.id is not None and item.parsed.fingerprint is not None:
+                known.append((k, item.id, item.parsed.fingerprint))
+        rows = [k for k, _, _ in known]
+        seeds = self.seeder.values([(self.options.index, doc_id, fingerprint.to_source())
+                                    for _, doc_id, fingerprint in known])
         for k, seed in zip(rows, seeds):
             if seed is not None:
                 items[k].seed = seed
@@ -310,18 +314,21 @@ class Loader:
 
     def _index_candidates(self, items: Sequence[_Item]) -> dict[int, list[tuple[str, str, Fingerprint]]]:
         """Candidates from the index for each fingerprinted item of the chunk (one ``_msearch``)."""
-        asking = [i for i in items if i.parsed.fingerprint is not None and not i.parsed.fingerprint.is_empty]
+        asking: list[tuple[_Item, Fingerprint]] = []
+        for item in items:
+            fingerprint = item.parsed.fingerprint
+            if fingerprint is not None and not fingerprint.is_empty:
+                asking.append((item, fingerprint))
         if not asking:
             return {}
         version = self.fingerprinter.version
         searches: list[dict[str, Any]] = []
-        for item in asking:
+        for item, fingerprint in asking:
             searches.append({"index": self.options.index})
-            searches.append(candidate_search(item.parsed.fingerprint.to_source(), version,
-                                             MAX_CANDIDATES, exclude_id=item.id))
+            searches.append(candidate_search(fingerprint.to_source(), version, MAX_CANDIDATES, exclude_id=item.id))
         response = self.retrier.call("looking up duplicates", lambda: self.client.msearch(searches=searches))
         found: dict[int, list[tuple[str, str, Fingerprint]]] = {}
-        for item, answer in zip(asking, response.body["responses"]):
+        for (item, _), answer in zip(asking, response.body["responses"]):
             if "error" in answer:
                 kind, reason = error_type_and_reason(answer)
                 raise JobError(f"looking up duplicates in {self.options.index} failed: {kind}: {reason}")

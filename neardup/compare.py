@@ -68,6 +68,7 @@ def read_text(path: str, encoding: str = "utf-8") -> str:
 def similarity_matrices(texts: list[str], params: FingerprintParams, raw: bool = False) -> dict[str, list[list[float]]]:
     """The four N×N matrices of the ``--json`` output (without ``files``)."""
     fp = Fingerprinter(params)
+    exact_sets: list[Any]
     if raw:
         token_lists = [_RAW_TOKEN.findall(text.casefold()) for text in texts]
         size = params.shingle_size

@@ -157,7 +157,7 @@ def changed_since(job: Run, cut: Cut) -> Iterator[Changed]:
                 response = job.retrier.call("searching documents changed during the run", lambda: job.client.search(
                     index=index, preference=f"_shards:{shard}", query=query, sort=[{"_seq_no": "asc"}],
                     search_after=after, size=job.options.batch_size, seq_no_primary_term=True,
-                    track_total_hits=False, source=SOURCE_FIELDS)).body
+                    track_total_hits=False, source={"includes": SOURCE_FIELDS})).body
                 failed = (response.get("_shards") or {}).get("failed", 0)
                 if failed:
                     raise JobError(f"searching the documents of {index} changed during the run failed on shard "
