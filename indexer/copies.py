@@ -1,7 +1,7 @@
-"""``neardup copies``: pairs of documents of an index where one holds a fragment of the other.
+"""Pairs of documents of an index where one holds a fragment of the other (``neardup copies``).
 
 The documents are read with a point in time (:class:`~indexer.reader.SliceReader`, text fields
-only, chosen as the indexer chooses them: :func:`~indexer.texts.document_texts`), their texts
+only, chosen as the indexer chooses them: :func:`~fingerprint.texts.document_texts`), their texts
 joined by newlines and cut into canonical shingles (``[fingerprint]`` settings). Then, in
 memory (:mod:`fingerprint.copies`): shingles found in more than ``max_df`` documents are left
 out, the rest go into a pseudo-matrix Bloom filter, every document is queried against it as a
@@ -9,9 +9,8 @@ source, and each candidate is verified by exact containment on the same shingle 
 (copier, source) is reported when the copier holds at least ``min_share`` of the source's
 shingles, and at least ``min_shared`` of them.
 
-Memory: the shingle sets (8 bytes a distinct shingle: about 45 MB for 9,200 news articles of
-6,500 characters) plus the filter (≈ 9.6 bits a shingle at p* = 1 %, 6.5 MiB for the same);
-0.33 GB resident at the peak for that corpus, the language dictionaries and caches included.
+Memory: the shingle sets (8 bytes a distinct shingle) plus the filter (about
+``-log2(p) / ln 2`` bits a shingle for a false-positive rate p: 9.6 bits at 1 %).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ For programs that index with the official client::
     doc = add_fingerprint({"title": "...", "body": "..."}, ["title", "body"], fp)
     helpers.bulk(es, ({"_index": "news", "_source": d} for d in enrich_documents(docs, ["title", "body"], fp)))
 
-A document whose fields hold no text (see :mod:`indexer.texts`) is returned unchanged.
+A document whose fields hold no text (see :mod:`fingerprint.texts`) is returned unchanged.
 Otherwise the five fingerprint keys are written into its ``neardup`` object; other keys
 of an existing ``neardup`` object are kept (the same merge a partial update does), except the
 values ``neardup cluster`` derived from the old fingerprint (``cluster``, ``bands``): when the

@@ -16,13 +16,10 @@ Nothing is kept outside Elasticsearch: a killed job is resumed by running it aga
 the selection leaves out documents that already carry the current scheme version.
 
 Cluster seeds: while the index has never been clustered, each fingerprint is written together
-with the values ``neardup cluster`` gives a singleton (``neardup.cluster`` = the document's key,
-``neardup.bands`` = its LSH keys), so that the first cluster run writes only the documents
-that join another's cluster. The parent maps ``neardup.cluster``/``neardup.bands`` (keyword)
-with the other sub-fields and decides whether seeds are possible (:func:`seed_plan`); every
-worker checks the index's ``_meta`` after each acknowledged bulk request and withdraws the
-request's seeds if clusters appeared meanwhile (:mod:`indexer.cluster.seeds`). Once the index
-has clusters, a changed fingerprint clears the cluster values instead.
+with the values ``neardup cluster`` gives a singleton; the parent decides whether seeds are
+possible (:func:`seed_plan`), every worker checks after each acknowledged bulk request
+(:mod:`indexer.cluster.seeds`). Once the index has clusters, a changed fingerprint clears the
+cluster values instead.
 """
 
 from __future__ import annotations

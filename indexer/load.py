@@ -1,6 +1,7 @@
-"""``neardup load``: bulk-load JSON lines with fingerprints added, in one pass.
+"""``neardup load``: bulk-load documents with fingerprints added, in one pass.
 
-Lines are read in chunks of ``batch_size``; each chunk is fingerprinted, checked for
+Documents come as lines (:mod:`indexer.formats`: JSON lines as they are, or JSON, CSV and
+Reuters-21578 turned into lines) and are read in chunks of ``batch_size``; each chunk is fingerprinted, checked for
 duplicates (if asked) and sent as one ``_bulk`` request of ``index`` actions whose source is
 the input line with ``neardup`` spliced in (so the stored ``_source`` keeps every other byte
 of the line). Items rejected with 429 or 5xx are retried with backoff; other rejections are
@@ -24,18 +25,12 @@ index does not show them until its next refresh). The same ``_id`` is never its 
 duplicate. Verification is by signature at the threshold and mode given (default: the
 ``collapse`` settings for the index). Bad lines are reported with their number and not loaded.
 
-Cluster seeds (``seed_threshold`` set, as ``neardup load`` does with the collapse threshold
-for the index): while the index has never been clustered and is one concrete index, a document
-with a known ``_id`` is loaded with the values ``neardup cluster`` gives a singleton
-(``neardup.cluster`` = its ``_id``, ``neardup.bands`` = its LSH keys), so that the first cluster
-run writes only the documents that join another's cluster. After each chunk's bulk request is
-acknowledged the index's ``_meta`` is read again; if clusters appeared, the chunk's seeds are
-withdrawn (conditional on each document's new ``_seq_no``) and no more are written
-(:mod:`indexer.cluster.seeds`). Once the index has clusters, documents are loaded without
-cluster values (a replaced document loses the values of its earlier version), and wait for
-the next ``neardup cluster``. The ``neardup.cluster``/``neardup.bands`` a line brings in its
-own ``neardup`` object (exported from another index, say) are always dropped: they name
-clusters of another index, so only the seed (or nothing) is loaded.
+Cluster seeds (``seed_threshold`` set): while the index has never been clustered and is one
+concrete index, a document with a known ``_id`` is loaded with the values ``neardup cluster``
+gives a singleton, checked after each acknowledged bulk request (:mod:`indexer.cluster.seeds`).
+Once the index has clusters, documents are loaded without cluster values and wait for the next
+``neardup cluster``. The ``neardup.cluster``/``neardup.bands`` a line brings in its own
+``neardup`` object name clusters of another index: they are always dropped.
 """
 
 from __future__ import annotations

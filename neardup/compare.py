@@ -1,17 +1,14 @@
-"""``neardup compare``: exact and estimated similarity of every pair of text files.
+"""Exact and estimated similarity of every pair of texts: what ``neardup compare`` prints.
 
-For each pair it prints resemblance (Jaccard of the shingle sets) and containment (share
-of one file's shingles found in the other), computed exactly on the shingle sets and
-estimated from the fingerprints, the way the proxy will see them. This is how a user
-picks a collapse threshold.
+Resemblance is the Jaccard index ``|A ∩ B| / |A ∪ B|`` of two shingle sets, containment
+``|A ∩ B| / |A|`` the share of one text's shingles found in the other; both are computed
+exactly on the sets and estimated from the fingerprints (the share of equal MinHash slots),
+the way the proxy sees them, which is how a user picks a collapse threshold. ``raw`` compares
+unhashed shingles of the case-folded tokens, with no other canonicalisation.
 
-``--raw`` skips canonicalisation beyond case-folding and tokenising, and compares the
-unhashed shingle strings (estimates still come from fingerprints of the raw tokens).
-
-``--measure tfidf`` prints TF-IDF cosine over lemmas instead (:mod:`fingerprint.tfidf`):
-exact, with the full vectors, and as stored, with the top-k quantised vectors the index keeps.
-The corpus statistics are those of the compared files themselves; ``--synonyms FILE`` maps
-synonym groups to one term first.
+:func:`cosine_matrices` gives TF-IDF cosine over lemmas instead (:mod:`fingerprint.tfidf`):
+exact, with the full vectors, and as stored, with the top-k quantised vectors the index keeps,
+under the statistics of the compared texts themselves.
 """
 
 from __future__ import annotations

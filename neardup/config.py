@@ -11,6 +11,7 @@ written (a password may contain commas). A variable replaces exactly the key it 
 
 Every value is validated; a bad one raises :class:`ConfigError` whose message names the key,
 the value and what is allowed. Unknown keys are errors too: a typo must not be ignored.
+Command-line options are one more layer (:func:`override`), validated and reported the same way.
 """
 
 from __future__ import annotations

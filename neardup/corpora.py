@@ -1,7 +1,8 @@
 """Readers for the real corpora in ``../shared/data`` (never copied into the repository).
 
 * Reuters-21578: 22 SGML files inside ``reuters21578.tar.gz``, read as latin-1 (one file
-  holds a byte that is not UTF-8). Each story becomes ``{"id", "title", "body", "date",
+  holds a byte that is not UTF-8); :func:`reuters_stories` reads one file's text, as
+  ``neardup load --format reuters`` does. Each story becomes ``{"id", "title", "body", "date",
   "topics", "places"}``; entities are decoded and control characters dropped.
 * Russian news: ``ru-news/*.jsonlines.zip``, one JSON object a line; each article becomes
   ``{"id", "url", "title", "body", "summary", "keywords", "source"}``.

@@ -1,79 +1,13 @@
-"""The cluster run's backstop: before ``ready``, withdraw cluster values it did not examine.
+"""The cluster run's backstop: before ``ready``, withdraw the cluster values it did not examine.
 
-The seed protocol (:mod:`indexer.cluster.seeds`) lives in the indexer: a seeded write is
-withdrawn by the check that follows its acknowledgement. If that check never runs (the worker
-is killed between the acknowledgement and the check, or the check fails because the node is
-unreachable), a seed written after the first cluster run's point in time stays: the document
-holds a value no run examined (its own key), and the run would mark the index ``ready``. The
-same holds for a value the ``aggregate`` strategy's last pass writes on a document added after
-the aggregation read the keys (seed or not). So the run checks, just before ``ready``, the
-documents changed since what it examined, and withdraws (sets ``cluster`` and ``bands`` to
-null, so that they count as new and wait for ``--incremental``) every value it cannot vouch for.
-
-**Which documents: per shard, ``_seq_no`` above a cut.** Just before the refresh
-that its reading rests on, the run takes, for each shard, the smallest processed local
-checkpoint over its copies (and the primary's global checkpoint; :func:`take_cut`, one
-``_stats?level=shards`` request). Every operation at or below it was in Lucene on every copy
-before that refresh, so the run's reading saw it; an operation above it may or may not have
-been seen. Where that refresh is depends on the strategy
-(:meth:`indexer.cluster.job.Job.cut_and_refresh`):
-
-* ``memory`` reads every document with a point in time opened after the run's first refresh,
-  so the cut must come before that refresh. A cut taken after it would be unsound: an
-  operation applied between the two would lie at or below it unseen, and the search below
-  would not find it. ``auto`` chooses its strategy from the document count, which needs that
-  refresh, so it takes the cut before it too, for memory, its usual choice.
-* ``aggregate`` rests on the refresh after its key pass (the aggregation reads the keys, and
-  the last pass judges versions by whether the aggregation saw them). Its cut comes just
-  before that refresh, not before the first one: an earlier cut would still be sound (a lower
-  cut only reads more) but would withdraw the values of the documents another program wrote
-  during the key pass (their versions lie above it), which the aggregation did see. When
-  ``auto`` chose aggregate, this cut replaces the one it took before the count (one
-  ``_stats`` request more, rather than one refresh more on every ``auto`` run that chooses
-  memory).
-
-``_seq_no`` counts per shard, so the search after the run is per shard
-(``preference=_shards:N``): documents with ``_seq_no`` above the shard's cut that hold a
-``neardup.cluster`` (a range on the indexed ``_seq_no``; after a refresh, outside any point in
-time). That is exact (no document written
-after the cut is missed, whatever its key or value) and cheap: it reads only what changed
-while the run ran, about as much as was written meanwhile. The alternatives were worse: a
-search for seed-shaped values cannot be expressed without scripts (``cluster == _id``), and a
-full second read of the index costs as much as the run's own reading.
-
-**Which values stay** (:meth:`indexer.cluster.job.Job.vouches`):
-
-* ``memory``: the run holds, for every document it read, its fingerprint (``v``, ``sig``,
-  ``n``) and the values it computed. A document whose fingerprint is the one the run read and
-  that holds exactly the computed values stays (its other fields may have changed: the cluster
-  values do not depend on them). Anything else (a key the run never read, a fingerprint changed
-  since, values the run did not compute) is withdrawn.
-* ``aggregate`` (no per-document memory): the run records the writes of its last pass (the
-  ``_seq_no`` read and the one written; one entry per document written, only the members that
-  join another's cluster on a seeded index), and the versions its key pass wrote (a hash each:
-  acknowledged before the refresh the aggregation rests on, they were seen even when the cut
-  lies below them, another writer's request in flight holding the checkpoints back). A
-  document stays if its current version is the key pass's write, or the last pass's write of
-  a version the aggregation saw (at or below the cut, or the key pass's). Anything else
-  above the cut is withdrawn, including a document some program touched after the cut without
-  changing its fingerprint: safe, it waits for the next ``--incremental``.
-
-A withdrawal is conditional on the version the search found; on a conflict the document is
-read again (real time) and judged again. One that cannot be withdrawn is a failure of the run,
-which then does not mark ``ready``. Withdrawals are sent with ``refresh=true``.
-
-**Left uncovered:** a seeded request that Elasticsearch applies only after the backstop's
-refresh (sent before the worker died, still queued on the node while the whole run went by).
-
-**An index that lost its ``_meta``** (restored from a snapshot taken before the first run,
-reindexed, or ``_meta`` overwritten) but kept its cluster values: the proxy does not collapse
-natively on it (no ``ready``); ``neardup index``/``load`` write seeds again (for new or
-changed documents, which is correct: they are new to the next run); ``--incremental`` refuses
-(no clusters recorded); the next full run is a *first* run (:meth:`indexer.cluster.job.Job.previous_ids`),
-so its ids are those of a first run (the smallest member key) rather than the previous ids,
-and it rewrites the members whose id changes. The values are correct after it; only the
-stability of the ids across that run is lost. Stored values cannot be told apart from seeds
-(a seed is a valid singleton id), so they are not reused.
+A seed whose check never ran (its indexer worker died between the acknowledgement and the
+check, :mod:`indexer.cluster.seeds`), or a value the ``aggregate`` strategy's last pass wrote
+on a document added after the aggregation read the keys, would leave a document holding a
+value no run examined. So, just before ``ready``, the run searches, per shard, the documents
+whose ``_seq_no`` lies above a *cut* (the shard's checkpoint taken just before the refresh its
+reading rests on: every operation at or below it was seen) and withdraws (sets ``cluster`` and
+``bands`` to null, so they wait for ``--incremental``) every value it cannot vouch for
+(:func:`withdraw_unexamined` gives the details and why they are sound).
 """
 
 from __future__ import annotations
@@ -172,7 +106,73 @@ def changed_since(job: Run, cut: Cut) -> Iterator[Changed]:
 
 def withdraw_unexamined(job: Run, cut: Cut) -> int:
     """Withdraw the cluster values changed after ``cut`` that the run cannot vouch for; the
-    number withdrawn (failures go to the run's stats)."""
+    number withdrawn (failures go to the run's stats).
+
+    **Which documents: per shard, ``_seq_no`` above a cut.** Just before the refresh
+    that its reading rests on, the run takes, for each shard, the smallest processed local
+    checkpoint over its copies (and the primary's global checkpoint; :func:`take_cut`, one
+    ``_stats?level=shards`` request). Every operation at or below it was in Lucene on every copy
+    before that refresh, so the run's reading saw it; an operation above it may or may not have
+    been seen. Where that refresh is depends on the strategy
+    (:meth:`indexer.cluster.job.Job.cut_and_refresh`):
+
+    * ``memory`` reads every document with a point in time opened after the run's first refresh,
+      so the cut must come before that refresh. A cut taken after it would be unsound: an
+      operation applied between the two would lie at or below it unseen, and the search below
+      would not find it. ``auto`` chooses its strategy from the document count, which needs that
+      refresh, so it takes the cut before it too, for memory, its usual choice.
+    * ``aggregate`` rests on the refresh after its key pass (the aggregation reads the keys, and
+      the last pass judges versions by whether the aggregation saw them). Its cut comes just
+      before that refresh, not before the first one: an earlier cut would still be sound (a lower
+      cut only reads more) but would withdraw the values of the documents another program wrote
+      during the key pass (their versions lie above it), which the aggregation did see. When
+      ``auto`` chose aggregate, this cut replaces the one it took before the count (one
+      ``_stats`` request more, rather than one refresh more on every ``auto`` run that chooses
+      memory).
+
+    ``_seq_no`` counts per shard, so the search after the run is per shard
+    (``preference=_shards:N``): documents with ``_seq_no`` above the shard's cut that hold a
+    ``neardup.cluster`` (a range on the indexed ``_seq_no``; after a refresh, outside any point in
+    time). That is exact (no document written
+    after the cut is missed, whatever its key or value) and cheap: it reads only what changed
+    while the run ran, about as much as was written meanwhile. The alternatives were worse: a
+    search for seed-shaped values cannot be expressed without scripts (``cluster == _id``), and a
+    full second read of the index costs as much as the run's own reading.
+
+    **Which values stay** (:meth:`indexer.cluster.job.Job.vouches`):
+
+    * ``memory``: the run holds, for every document it read, its fingerprint (``v``, ``sig``,
+      ``n``) and the values it computed. A document whose fingerprint is the one the run read and
+      that holds exactly the computed values stays (its other fields may have changed: the cluster
+      values do not depend on them). Anything else (a key the run never read, a fingerprint changed
+      since, values the run did not compute) is withdrawn.
+    * ``aggregate`` (no per-document memory): the run records the writes of its last pass (the
+      ``_seq_no`` read and the one written; one entry per document written, only the members that
+      join another's cluster on a seeded index), and the versions its key pass wrote (a hash each:
+      acknowledged before the refresh the aggregation rests on, they were seen even when the cut
+      lies below them, another writer's request in flight holding the checkpoints back). A
+      document stays if its current version is the key pass's write, or the last pass's write of
+      a version the aggregation saw (at or below the cut, or the key pass's). Anything else
+      above the cut is withdrawn, including a document some program touched after the cut without
+      changing its fingerprint: safe, it waits for the next ``--incremental``.
+
+    A withdrawal is conditional on the version the search found; on a conflict the document is
+    read again (real time) and judged again. One that cannot be withdrawn is a failure of the run,
+    which then does not mark ``ready``. Withdrawals are sent with ``refresh=true``.
+
+    **Left uncovered:** a seeded request that Elasticsearch applies only after the backstop's
+    refresh (sent before the worker died, still queued on the node while the whole run went by).
+
+    **An index that lost its ``_meta``** (restored from a snapshot taken before the first run,
+    reindexed, or ``_meta`` overwritten) but kept its cluster values: the proxy does not collapse
+    natively on it (no ``ready``); ``neardup index``/``load`` write seeds again (for new or
+    changed documents, which is correct: they are new to the next run); ``--incremental`` refuses
+    (no clusters recorded); the next full run is a *first* run (:meth:`indexer.cluster.job.Job.previous_ids`),
+    so its ids are those of a first run (the smallest member key) rather than the previous ids,
+    and it rewrites the members whose id changes. The values are correct after it; only the
+    stability of the ids across that run is lost. Stored values cannot be told apart from seeds
+    (a seed is a valid singleton id), so they are not reused.
+    """
     unvouched = [c for c in changed_since(job, cut) if not job.vouches(c, cut[c.index][c.shard])]
     failures = job.result.stats.failures
 

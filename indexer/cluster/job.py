@@ -150,8 +150,7 @@ class Job:
     # ---- writing ----
 
     def write(self, planned: Sequence[tuple[Pending, Planned]]) -> None:
-        """Send the updates (conditional partial updates, in batches, one bulk request at a time:
-        two in flight were not faster on Reuters, see bench/RESULTS.md)."""
+        """Send the updates: conditional partial updates, in batches, one bulk request at a time."""
         started = time.perf_counter()
         updater = ClusterUpdater(self.client, self.retrier, unused_fingerprint_source, SOURCE_FIELDS,
                                  self.config.indexer.max_retries, self.result.stats,
