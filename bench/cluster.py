@@ -17,7 +17,7 @@ title + body, as ``neardup index`` fingerprints it.
   ``--verify text``: candidates from the LSH bands for ``t - δ`` with ``Ĵ ≥ t - δ``, δ = 5
   standard errors of the estimate at t, linked when the *exact* resemblance of their shingle
   sets, from the texts read back for the candidates' documents, is ≥ t: see
-  :mod:`fingerprint.verify` and :mod:`indexer.cluster_verify`), and its wall time is split into
+  :mod:`fingerprint.verify` and :mod:`indexer.cluster.verification`), and its wall time is split into
   reading the fingerprints, clustering, verification (reading the candidates' texts,
   shingling them, intersecting), and writing the ids back. The clusters are read back from the
   index.
@@ -210,7 +210,8 @@ def load_index(es: Elasticsearch, name: str, docs: Sequence[dict[str, Any]], es_
 
 
 def cluster_job(es_url: str, index: str, threshold: float, **options: Any) -> dict[str, Any]:
-    from neardup.indexer.cluster import ClusterOptions, run_cluster
+    from neardup.indexer.cluster.options import ClusterOptions
+    from neardup.indexer.cluster.run import run_cluster
     from neardup.indexer.progress import Progress
 
     config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
@@ -331,7 +332,7 @@ def reuters_part(es: Elasticsearch, es_url: str, thresholds: Sequence[float], si
 
 def stored_signatures(es: Elasticsearch, index: str, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """The stored signatures and shingle counts of ``ids`` (zeros / 0 where not usable)."""
-    from neardup.indexer.cluster_docs import stored_values, usable_signature
+    from neardup.indexer.cluster.documents import stored_values, usable_signature
 
     config = load_config(environ={})
     version = __import__("fingerprint").scheme_version(config.fingerprint)
@@ -347,7 +348,7 @@ def stored_signatures(es: Elasticsearch, index: str, ids: Sequence[str]) -> tupl
 
 def signature_clusters(signatures: np.ndarray, counts: np.ndarray, threshold: float) -> np.ndarray:
     """The clusters of ``neardup cluster --verify signature`` (same function, same parameters)."""
-    from neardup.indexer.cluster import ClusterOptions, cluster_params
+    from neardup.indexer.cluster.options import ClusterOptions, cluster_params
 
     config = load_config(environ={})
     params = cluster_params(ClusterOptions(index="-", threshold=threshold), config.fingerprint)

@@ -36,8 +36,8 @@ from neardup.config import load_config  # noqa: E402
 from neardup.corpora import reuters_documents  # noqa: E402
 from neardup.indexer.client import display_url, make_client  # noqa: E402
 from neardup.indexer.retry import Retrier  # noqa: E402
-from neardup.indexer.tfidf import StatsStore, stats_index_name  # noqa: E402
-from neardup.tfidf import weigher_from_config  # noqa: E402
+from neardup.indexer.tfidf_stats import StatsStore, stats_index_name  # noqa: E402
+from neardup.tfidf_config import weigher_from_config  # noqa: E402
 
 
 def run_index(es_url: str, index: str, tfidf: bool, force: bool = False) -> tuple[dict[str, Any], float]:

@@ -56,7 +56,7 @@ the candidates' documents, which must be read and shingled.
 enumerated at once: the reference for tests). ``neardup cluster`` does the same inside the
 iterative rounds of :func:`neardup.fingerprint.clustering.cluster_signatures` (its ``verify``
 hook, which skips pairs already joined; the components are the same), reading the texts of only
-the documents of pairs that need it (:mod:`neardup.indexer.cluster_verify`).
+the documents of pairs that need it (:mod:`neardup.indexer.cluster.verification`).
 
 **Intersections** (:func:`pair_intersections`). The sets of D documents are held as one sorted-
 per-document ``uint64`` array with offsets (:class:`ShingleSets`). The NumPy reference

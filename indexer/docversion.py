@@ -2,8 +2,8 @@
 primary term it was read or written at.
 
 The base of what the indexer and the cluster job write conditionally and read again:
-:class:`indexer.writer.Pending` (an update waiting to be sent), :class:`indexer.cluster_seed.SeededWrite`
-(a seed acknowledged) and :class:`indexer.cluster_backstop.Changed` (a cluster value changed
+:class:`indexer.writer.Pending` (an update waiting to be sent), :class:`indexer.cluster.seeds.SeededWrite`
+(a seed acknowledged) and :class:`indexer.cluster.backstop.Changed` (a cluster value changed
 during a run). A plain (not frozen, slot-less) dataclass base, so that the subclasses keep their
 fields, their positional order and their cost: the writer creates one :class:`Pending` per
 document.

@@ -1,7 +1,7 @@
 """``neardup duplicates``: the near-duplicates of one document of an index.
 
 The document's stored fingerprint gives its supershingles and megashingles; a ``terms``-style
-candidate query finds the documents sharing any of them (see :mod:`indexer.dedup`), and each
+candidate query finds the documents sharing any of them (see :mod:`indexer.matching`), and each
 candidate is verified by signature at the threshold and mode. A document without a
 fingerprint of the current scheme cannot be compared: the command says to run ``neardup index``.
 """
@@ -15,8 +15,8 @@ from typing import Any, Literal
 from elasticsearch import Elasticsearch, NotFoundError
 
 from neardup.fingerprint import FIELD, Fingerprint, FingerprintFormatError
-from neardup.indexer.dedup import Match, candidate_search, candidates_from_hits, verified_matches
 from neardup.indexer.errors import JobError, error_type_and_reason
+from neardup.indexer.matching import Match, candidate_search, candidates_from_hits, verified_matches
 from neardup.indexer.retry import Retrier
 
 

@@ -51,8 +51,9 @@ def error_type_and_reason(body: Any) -> tuple[str, str]:
         if isinstance(error, dict):
             caused = error.get("caused_by")
             reason = str(error.get("reason") or "")
-            if isinstance(caused, dict) and caused.get("reason") and caused.get("reason") not in reason:
-                reason = f"{reason}: {caused['reason']}" if reason else str(caused["reason"])
+            cause = str(caused.get("reason") or "") if isinstance(caused, dict) else ""
+            if cause and cause not in reason:
+                reason = f"{reason}: {cause}" if reason else cause
             return str(error.get("type") or "error"), reason
         if isinstance(error, str):
             return "error", error

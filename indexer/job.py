@@ -16,13 +16,10 @@ Nothing is kept outside Elasticsearch: a killed job is resumed by running it aga
 the selection leaves out documents that already carry the current scheme version.
 
 Cluster seeds: while the index has never been clustered, each fingerprint is written together
-with the values ``neardup cluster`` gives a singleton (``neardup.cluster`` = the document's key,
-``neardup.bands`` = its LSH keys), so that the first cluster run writes only the documents
-that join another's cluster. The parent maps ``neardup.cluster``/``neardup.bands`` (keyword)
-with the other sub-fields and decides whether seeds are possible (:func:`seed_plan`); every
-worker checks the index's ``_meta`` after each acknowledged bulk request and withdraws the
-request's seeds if clusters appeared meanwhile (:mod:`indexer.cluster_seed`). Once the index
-has clusters, a changed fingerprint clears the cluster values instead.
+with the values ``neardup cluster`` gives a singleton; the parent decides whether seeds are
+possible (:func:`seed_plan`), every worker checks after each acknowledged bulk request
+(:mod:`indexer.cluster.seeds`). Once the index has clusters, a changed fingerprint clears the
+cluster values instead.
 """
 
 from __future__ import annotations
@@ -47,7 +44,7 @@ from neardup.config import Config, collapse_settings_for
 from neardup.fingerprint import FIELD, Fingerprinter, scheme_version
 from neardup.fingerprint.tfidf import TF_FIELD
 from neardup.indexer.client import display_url, make_client
-from neardup.indexer.cluster_seed import Seeder, SeedPlan, plan_mapping_with_seeds, seed_plan
+from neardup.indexer.cluster.seeds import Seeder, SeedPlan, plan_mapping_with_seeds, seed_plan
 from neardup.indexer.enrich import STORED_PATHS, cleared_cluster_keys, compute_fingerprint
 from neardup.indexer.errors import JobError, error_type_and_reason, explain
 from neardup.indexer.mapping import field_paths, put_neardup_mapping, text_fields
@@ -56,7 +53,7 @@ from neardup.indexer.query import TF_VERSION_PATH, SliceSpec, already_current, p
 from neardup.indexer.reader import SliceReader
 from neardup.indexer.retry import Retrier
 from neardup.indexer.stats import JobStats
-from neardup.indexer.tfidf import TfidfEnricher, make_enricher, neardup_of, source_texts, tf_properties
+from neardup.indexer.tfidf_vectors import TfidfEnricher, make_enricher, neardup_of, source_texts, tf_properties
 from neardup.indexer.writer import BulkUpdater
 
 log = logging.getLogger(__name__)
@@ -148,8 +145,9 @@ def prepare(config: Config, options: IndexOptions) -> SeedPlan | None:
                                                extra=tf_properties() if tfidf is not None else None)
         check_fields(client, retrier, options, plan.root_mappings)
         put_neardup_mapping(client, retrier, options.index, plan)
-        for index in sorted(plan.root_mappings) if tfidf is not None else ():
-            tfidf.store(index).ensure_index()  # before the workers race to create it
+        if tfidf is not None:
+            for index in sorted(plan.root_mappings):
+                tfidf.store(index).ensure_index()  # before the workers race to create it
         refresh_before_reading(client, retrier, options.index)
         if not mapped:
             return None
@@ -190,7 +188,7 @@ def _die_with_parent() -> None:
 def fingerprint_function(fields: Sequence[str], fingerprinter: Fingerprinter,
                          tfidf: TfidfEnricher | None = None):
     """``source -> (outcome, neardup value or None)``; with ``tfidf``, the value also holds the
-    TF-IDF vector ``tf`` (weighted with the statistics of the page, see :mod:`indexer.tfidf`)."""
+    TF-IDF vector ``tf`` (weighted with the statistics of the page, see :mod:`indexer.tfidf_vectors`)."""
     def fingerprint_source(source: Mapping[str, Any]):
         outcome, fingerprint = compute_fingerprint(source, fields, fingerprinter)
         if fingerprint is None:

@@ -1,6 +1,7 @@
-"""``neardup load``: bulk-load JSON lines with fingerprints added, in one pass.
+"""``neardup load``: bulk-load documents with fingerprints added, in one pass.
 
-Lines are read in chunks of ``batch_size``; each chunk is fingerprinted, checked for
+Documents come as lines (:mod:`indexer.formats`: JSON lines as they are, or JSON, CSV and
+Reuters-21578 turned into lines) and are read in chunks of ``batch_size``; each chunk is fingerprinted, checked for
 duplicates (if asked) and sent as one ``_bulk`` request of ``index`` actions whose source is
 the input line with ``neardup`` spliced in (so the stored ``_source`` keeps every other byte
 of the line). Items rejected with 429 or 5xx are retried with backoff; other rejections are
@@ -24,32 +25,26 @@ index does not show them until its next refresh). The same ``_id`` is never its 
 duplicate. Verification is by signature at the threshold and mode given (default: the
 ``collapse`` settings for the index). Bad lines are reported with their number and not loaded.
 
-Cluster seeds (``seed_threshold`` set, as ``neardup load`` does with the collapse threshold
-for the index): while the index has never been clustered and is one concrete index, a document
-with a known ``_id`` is loaded with the values ``neardup cluster`` gives a singleton
-(``neardup.cluster`` = its ``_id``, ``neardup.bands`` = its LSH keys), so that the first cluster
-run writes only the documents that join another's cluster. After each chunk's bulk request is
-acknowledged the index's ``_meta`` is read again; if clusters appeared, the chunk's seeds are
-withdrawn (conditional on each document's new ``_seq_no``) and no more are written
-(:mod:`indexer.cluster_seed`). Once the index has clusters, documents are loaded without
-cluster values (a replaced document loses the values of its earlier version), and wait for
-the next ``neardup cluster``. The ``neardup.cluster``/``neardup.bands`` a line brings in its
-own ``neardup`` object (exported from another index, say) are always dropped: they name
-clusters of another index, so only the seed (or nothing) is loaded.
+Cluster seeds (``seed_threshold`` set): while the index has never been clustered and is one
+concrete index, a document with a known ``_id`` is loaded with the values ``neardup cluster``
+gives a singleton, checked after each acknowledged bulk request (:mod:`indexer.cluster.seeds`).
+Once the index has clusters, documents are loaded without cluster values and wait for the next
+``neardup cluster``. The ``neardup.cluster``/``neardup.bands`` a line brings in its own
+``neardup`` object name clusters of another index: they are always dropped.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, BinaryIO, Literal
 
 from elasticsearch import ApiError, Elasticsearch
 
 from neardup.fingerprint import FIELD, Fingerprint, Fingerprinter, FingerprintParams
-from neardup.indexer.cluster_docs import CLUSTER_MAPPING
-from neardup.indexer.cluster_seed import (
+from neardup.indexer.cluster.documents import CLUSTER_MAPPING
+from neardup.indexer.cluster.seeds import (
     SeededWrite,
     Seeder,
     SeedPlan,
@@ -58,15 +53,16 @@ from neardup.indexer.cluster_seed import (
     seeded_write,
     uncertain_write,
 )
-from neardup.indexer.dedup import Match, RunIndex, best_match, candidate_search, candidates_from_hits
-from neardup.indexer.enrich import CLUSTER_KEYS, EnrichedLine
+from neardup.indexer.enrich import CLUSTER_KEYS, EnrichedLine, enrich_read_line
 from neardup.indexer.errors import JobError, error_type_and_reason
-from neardup.indexer.lines import Line, LineCounts, parse, read_lines
+from neardup.indexer.jsonlines import Line, LineCounts, read_lines
 from neardup.indexer.mapping import DUPLICATE_OF, plan_neardup_mapping, put_neardup_mapping, wanted_properties
+from neardup.indexer.matching import Match, RunIndex, best_match, candidate_search, candidates_from_hits
+from neardup.indexer.progress import Progress
 from neardup.indexer.query import TF_VERSION_PATH
 from neardup.indexer.retry import TRANSIENT_STATUSES, Retrier
-from neardup.indexer.stats import Failures
-from neardup.indexer.tfidf import TfidfEnricher, neardup_of, tf_properties, vectors_of_lines
+from neardup.indexer.stats import Failures, JobStats
+from neardup.indexer.tfidf_vectors import TfidfEnricher, neardup_of, tf_properties, vectors_of_lines
 
 OnDuplicate = Literal["allow", "tag", "skip"]
 
@@ -183,8 +179,11 @@ def prepare_index(client: Elasticsearch, retrier: Retrier, options: LoadOptions,
 
 class Loader:
     def __init__(self, client: Elasticsearch, retrier: Retrier, fingerprinter: Fingerprinter,
-                 options: LoadOptions, errors: IO[str], tfidf: TfidfEnricher | None = None) -> None:
+                 options: LoadOptions, errors: IO[str], tfidf: TfidfEnricher | None = None,
+                 progress: Progress | None = None) -> None:
         self.client = client
+        self.progress = progress or Progress()
+        self.stats = JobStats()   # what the progress shows: documents read, loaded, failed
         self.tfidf = tfidf
         self.retrier = retrier
         self.fingerprinter = fingerprinter
@@ -195,13 +194,25 @@ class Loader:
         self.seeder: Seeder | None = None
 
     def run(self, stream: BinaryIO) -> LoadResult:
+        """Load the JSON lines of ``stream``."""
+        return self.run_lines(read_lines(stream))
+
+    def run_lines(self, lines: Iterable[Line]) -> LoadResult:
+        """Load the documents of ``lines`` (:mod:`indexer.formats`)."""
         self.result.created_index, seeds = prepare_index(self.client, self.retrier, self.options,
                                                          tf_properties() if self.tfidf is not None else None,
                                                          self.fingerprinter.params)
         if seeds is not None:
             self.seeder = Seeder(self.client, self.retrier, seeds, self.retrier.max_retries, self.result.failures)
-        for chunk in chunks(read_lines(stream), self.options.batch_size):
-            self._load_chunk(chunk)
+        try:
+            for chunk in chunks(iter(lines), self.options.batch_size):
+                self._load_chunk(chunk)
+                self.stats.read += len(chunk)
+                self.stats.updated = self.result.loaded
+                self.stats.failures = self.result.failures
+                self.progress.tick(self.stats)
+        finally:
+            self.progress.close()
         return self.result
 
     # --- one chunk -----------------------------------------------------------------------------
@@ -238,9 +249,13 @@ class Loader:
     def _add_seeds(self, items: Sequence[_Item], extras: list[dict[str, Any]]) -> None:
         """Put the cluster seed of each fingerprinted item with a known ``_id`` in its ``extra``."""
         assert self.seeder is not None
-        rows = [k for k, item in enumerate(items) if item.id is not None and item.parsed.fingerprint is not None]
-        seeds = self.seeder.values([(self.options.index, items[k].id or "", items[k].parsed.fingerprint.to_source())
-                                    for k in rows])
+        known: list[tuple[int, str, Fingerprint]] = []
+        for k, item in enumerate(items):
+            if item.id is not None and item.parsed.fingerprint is not None:
+                known.append((k, item.id, item.parsed.fingerprint))
+        rows = [k for k, _, _ in known]
+        seeds = self.seeder.values([(self.options.index, doc_id, fingerprint.to_source())
+                                    for _, doc_id, fingerprint in known])
         for k, seed in zip(rows, seeds):
             if seed is not None:
                 items[k].seed = seed
@@ -275,7 +290,7 @@ class Loader:
             if line.text is not None and not line.text.strip():
                 counts.blank += 1
                 continue
-            parsed = parse(line, self.options.fields, self.fingerprinter)
+            parsed = enrich_read_line(line, self.options.fields, self.fingerprinter)
             if parsed.outcome == "bad":
                 counts.add_bad(line.number, parsed.error, self.errors)
                 continue
@@ -294,18 +309,21 @@ class Loader:
 
     def _index_candidates(self, items: Sequence[_Item]) -> dict[int, list[tuple[str, str, Fingerprint]]]:
         """Candidates from the index for each fingerprinted item of the chunk (one ``_msearch``)."""
-        asking = [i for i in items if i.parsed.fingerprint is not None and not i.parsed.fingerprint.is_empty]
+        asking: list[tuple[_Item, Fingerprint]] = []
+        for item in items:
+            fingerprint = item.parsed.fingerprint
+            if fingerprint is not None and not fingerprint.is_empty:
+                asking.append((item, fingerprint))
         if not asking:
             return {}
         version = self.fingerprinter.version
         searches: list[dict[str, Any]] = []
-        for item in asking:
+        for item, fingerprint in asking:
             searches.append({"index": self.options.index})
-            searches.append(candidate_search(item.parsed.fingerprint.to_source(), version,
-                                             MAX_CANDIDATES, exclude_id=item.id))
+            searches.append(candidate_search(fingerprint.to_source(), version, MAX_CANDIDATES, exclude_id=item.id))
         response = self.retrier.call("looking up duplicates", lambda: self.client.msearch(searches=searches))
         found: dict[int, list[tuple[str, str, Fingerprint]]] = {}
-        for item, answer in zip(asking, response.body["responses"]):
+        for (item, _), answer in zip(asking, response.body["responses"]):
             if "error" in answer:
                 kind, reason = error_type_and_reason(answer)
                 raise JobError(f"looking up duplicates in {self.options.index} failed: {kind}: {reason}")

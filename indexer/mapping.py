@@ -97,7 +97,7 @@ def mapping_conflicts(root_mappings: Mapping[str, Mapping[str, Any]],
     ``root_mappings``: index → its ``mappings`` (GET _mapping); ``field_mappings``: index →
     {"neardup.v": full definition with defaults, ...} (GET _mapping/field?include_defaults).
     """
-    problems = []
+    problems: list[str] = []
     for index in sorted(root_mappings):
         found = object_conflicts(root_mappings[index])
         if not found:
@@ -191,9 +191,9 @@ def put_neardup_mapping(client: Elasticsearch, retrier: Retrier, index: str, pla
     """Add the missing ``neardup`` sub-fields (one atomic put-mapping request)."""
     if not plan.missing:
         return
-    body = {"properties": {FIELD: {"properties": plan.missing}}}
+    properties = {FIELD: {"properties": plan.missing}}
     try:
-        retrier.call("putting the neardup mapping", lambda: client.indices.put_mapping(index=index, **body))
+        retrier.call("putting the neardup mapping", lambda: client.indices.put_mapping(index=index, properties=properties))
     except ApiError as exc:
         if exc.meta.status in (401, 403, 404):
             raise

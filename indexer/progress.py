@@ -75,10 +75,10 @@ class LogProgress(Progress):
     def line(self, stats: JobStats, now: float) -> str:
         elapsed = max(now - self.started, 1e-9)
         rate = stats.read / elapsed
-        share = f" ({100 * stats.read / self.total:.0f}%)" if self.total else ""
+        share = f"/{self.total} ({100 * stats.read / self.total:.0f}%)" if self.total else ""
         remaining = max(self.total - stats.read, 0)
         eta = f", ETA {remaining / rate:.0f}s" if rate > 0 and self.total else ""
-        return (f"{self.label}: read {stats.read}/{self.total}{share}, {rate:.0f} docs/s{eta}; "
+        return (f"{self.label}: read {stats.read}{share}, {rate:.0f} docs/s{eta}; "
                 f"updated {stats.updated}, conflicts {stats.conflicts_retried}, failed {stats.failed}")
 
     def tick(self, stats: JobStats) -> None:

@@ -11,6 +11,7 @@ written (a password may contain commas). A variable replaces exactly the key it 
 
 Every value is validated; a bad one raises :class:`ConfigError` whose message names the key,
 the value and what is allowed. Unknown keys are errors too: a typo must not be ignored.
+Command-line options are one more layer (:func:`override`), validated and reported the same way.
 """
 
 from __future__ import annotations
@@ -393,6 +394,32 @@ def load_config(path: str | os.PathLike[str] | None = None,
         lines = [_describe(e, env_paths) for e in exc.errors(include_url=False)]
         source = f" (from {chosen} and NEARDUP_* variables)" if chosen else ""
         raise ConfigError("invalid configuration" + source + ":\n  " + "\n  ".join(lines)) from None
+
+
+def override(config: Config, values: Mapping[tuple[str, str], Any], given_as: Mapping[tuple[str, str], str]) -> Config:
+    """``config`` with ``values`` (``(section, key) -> value``) set, each changed section validated
+    again, so a value given on the command line has the limits its key has in the file.
+
+    :class:`ConfigError` on one line, as for the file: ``proxy.port = 99999: <reason> (given as
+    --port)``, the option named by ``given_as``; several problems are joined by ``; ``."""
+    sections: dict[str, dict[str, Any]] = {}
+    for (section, key), value in values.items():
+        sections.setdefault(section, {})[key] = value
+    updated = {}
+    problems = []
+    for name, keys in sections.items():
+        current = getattr(config, name)
+        try:
+            updated[name] = type(current).model_validate({**current.model_dump(), **keys})
+        except ValidationError as exc:
+            for error in exc.errors(include_url=False):
+                key = str(error["loc"][0]) if error["loc"] else ""
+                option = given_as.get((name, key))
+                problem = _describe({**error, "loc": (name, *error["loc"])}, {})
+                problems.append(problem + (f" (given as {option})" if option else ""))
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return config.model_copy(update=updated)
 
 
 def matching_override(config: CollapseConfig, index: str) -> str | None:

@@ -1,7 +1,8 @@
 """Readers for the real corpora in ``../shared/data`` (never copied into the repository).
 
 * Reuters-21578: 22 SGML files inside ``reuters21578.tar.gz``, read as latin-1 (one file
-  holds a byte that is not UTF-8). Each story becomes ``{"id", "title", "body", "date",
+  holds a byte that is not UTF-8); :func:`reuters_stories` reads one file's text, as
+  ``neardup load --format reuters`` does. Each story becomes ``{"id", "title", "body", "date",
   "topics", "places"}``; entities are decoded and control characters dropped.
 * Russian news: ``ru-news/*.jsonlines.zip``, one JSON object a line; each article becomes
   ``{"id", "url", "title", "body", "summary", "keywords", "source"}``.
@@ -20,7 +21,7 @@ import tarfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 #: Where the shared data lives, relative to the project root; overridable by NEARDUP_DATA_DIR.
 DEFAULT_DATA_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
@@ -57,24 +58,34 @@ def reuters_documents(path: str | os.PathLike[str] | None = None,
                       with_body_only: bool = False) -> Iterator[dict[str, Any]]:
     """Stories of Reuters-21578 in NEWID order, from the tarball or an unpacked folder."""
     base = Path(path) if path and Path(path).is_file() else data_dir(path) / "reuters21578.tar.gz"
-    for raw in _reuters_files(base):
-        for attrs, block in _STORY.findall(raw):
-            newid = _NEWID.search(attrs)
-            body = _element(block, "BODY")
-            if with_body_only and not body:
-                continue
-            yield {
-                "id": newid.group(1) if newid else "",
-                "title": _element(block, "TITLE"),
-                "body": body,
-                "date": _element(block, "DATE"),
-                "topics": _labels(block, "TOPICS"),
-                "places": _labels(block, "PLACES"),
-            }
+    with open(base, "rb") as handle:
+        for story in reuters_archive_stories(handle):
+            if story["body"] or not with_body_only:
+                yield story
 
 
-def _reuters_files(tarball: Path) -> Iterator[str]:
-    with tarfile.open(tarball, "r:gz") as archive:
+def reuters_archive_stories(archive: BinaryIO) -> Iterator[dict[str, Any]]:
+    """The stories of the ``reut2-NNN.sgm`` files of a ``.tar.gz`` archive, file by file."""
+    for raw in _reuters_files(archive):
+        yield from reuters_stories(raw)
+
+
+def reuters_stories(sgml: str) -> Iterator[dict[str, Any]]:
+    """The stories of one Reuters-21578 SGML file's text (read as latin-1)."""
+    for attrs, block in _STORY.findall(sgml):
+        newid = _NEWID.search(attrs)
+        yield {
+            "id": newid.group(1) if newid else "",
+            "title": _element(block, "TITLE"),
+            "body": _element(block, "BODY"),
+            "date": _element(block, "DATE"),
+            "topics": _labels(block, "TOPICS"),
+            "places": _labels(block, "PLACES"),
+        }
+
+
+def _reuters_files(tarball: BinaryIO) -> Iterator[str]:
+    with tarfile.open(fileobj=tarball, mode="r:gz") as archive:
         members = sorted(
             (m for m in archive.getmembers() if re.search(r"reut2-\d{3}\.sgm$", m.name)),
             key=lambda m: m.name,

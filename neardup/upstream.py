@@ -108,7 +108,7 @@ def check_upstream(config: Config | UpstreamConfig) -> None:
     """Raise :class:`UpstreamError` naming ``upstream.urls``, each URL and its cause, unless
     at least one configured node answers with the configured credentials."""
     upstream = config.upstream if isinstance(config, Config) else config
-    failures = []
+    failures: list[tuple[str, str]] = []
     for url in upstream.url_strings:
         reason = probe(url, upstream)
         if reason is None:

@@ -34,7 +34,7 @@ from neardup.proxy.handlers.params import split_query, wants_pretty
 from neardup.proxy.transport import access, errors, framing
 from neardup.proxy.transport.errors import error_response
 from neardup.proxy.transport.upstream import Upstream
-from neardup.tfidf import tfidf_version_of
+from neardup.tfidf_config import tfidf_version_of
 
 log = logging.getLogger("neardup.proxy")
 access_log = logging.getLogger("neardup.proxy.access")

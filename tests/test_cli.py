@@ -7,6 +7,8 @@ its module registers it.
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -127,3 +129,50 @@ def test_bad_configuration_stops_every_subcommand_before_it_runs(tmp_path, capsy
         status = main(["--config", str(bad), *leaf, *minimal_argv(parser_for(leaf))])
         assert status == 2, leaf
         assert "collapse.threshold = 2" in capsys.readouterr().err
+
+
+# --- bad option values, third-party logs -------------------------------------------------------------
+
+@pytest.mark.parametrize(("argv", "start"), [
+    (["proxy", "--port", "99999"], "neardup: proxy.port = 99999: "),
+    (["proxy", "--workers", "0"], "neardup: proxy.workers = 0: "),
+    (["proxy", "--upstream", "not a url"], "neardup: upstream.urls.0 = 'not a url': "),
+    (["index", "--index", "x", "--workers", "65"], "neardup: indexer.workers = 65: "),
+])
+def test_a_bad_option_value_is_the_one_line_configuration_error(argv, start, capsys):
+    """An option that sets a configuration key is validated as the file is, and reported the
+    same way: one line naming the key, the value and the option, exit status 2."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(start) and err.count("\n") == 1, err
+    assert f"(given as {argv[-2]})" in err and "validation error" not in err
+
+
+@pytest.mark.parametrize(("level", "shown"), [("INFO", False), ("WARNING", False), ("DEBUG", True)])
+def test_third_party_info_lines_are_shown_only_with_debug(level, shown):
+    """pymorphy3 announces its dictionaries and elastic_transport every request and node timeout
+    at INFO/WARNING: noise in a job's output unless ``--log-level DEBUG`` asks for everything."""
+    from neardup.cli import configure_logging
+
+    configure_logging(level, "text")
+    assert logging.getLogger("pymorphy3.opencorpora_dict.wrapper").isEnabledFor(logging.INFO) is shown
+    assert logging.getLogger("elastic_transport.transport").isEnabledFor(logging.INFO) is shown
+    assert logging.getLogger("elastic_transport.node_pool").isEnabledFor(logging.WARNING) is shown
+    assert logging.getLogger("elastic_transport.node_pool").isEnabledFor(logging.ERROR)
+    assert logging.getLogger("neardup.indexer.progress").isEnabledFor(logging.INFO) is (level != "WARNING")
+
+
+def test_compare_at_the_default_level_prints_no_dictionary_loading(tmp_path):
+    """A real run: the default level (INFO) shows no pymorphy3 line; DEBUG does."""
+    one, two = tmp_path / "one.txt", tmp_path / "two.txt"
+    one.write_text("Компании растут быстро", encoding="utf-8")
+    two.write_text("Компания росла быстро", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEARDUP_")}
+    runs = {}
+    for extra in ([], ["--log-level", "DEBUG"]):
+        done = subprocess.run([sys.executable, "-m", "neardup", *extra, "compare", "--language", "ru", str(one), str(two)],
+                              capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+        assert done.returncode == 0, done.stderr
+        runs[bool(extra)] = done.stderr
+    assert "pymorphy3" not in runs[False]
+    assert "pymorphy3" in runs[True]

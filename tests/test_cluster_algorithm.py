@@ -27,7 +27,7 @@ from neardup.fingerprint.lsh import (
     needed_matches,
     round_rows,
 )
-from neardup.indexer.cluster_report import Doc, ReportData, near_pairs, render_report, size_distribution
+from neardup.indexer.cluster.report import Doc, ReportData, near_pairs, render_report, size_distribution
 
 K = 84
 U64 = np.iinfo(np.uint64).max

@@ -20,8 +20,8 @@ from elasticsearch import Elasticsearch, helpers
 from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams, estimated_resemblance, scheme_version
 from neardup.fingerprint.clustering import ClusterParams, assign_ids, cluster_signatures, single_link_exact
 from neardup.fingerprint.lsh import choose_banding, key_strings
-from neardup.indexer.cluster import META_KEY
-from neardup.indexer.cluster_docs import stored_values, usable_signature
+from neardup.indexer.cluster.documents import stored_values, usable_signature
+from neardup.indexer.cluster.meta import META_KEY
 from tests.plugins.corpora import bulk_load, run_neardup
 
 PARAMS = FingerprintParams()
@@ -267,8 +267,8 @@ def test_missing_index_is_one_clear_message(es_url):
 
 def test_a_document_changed_meanwhile_is_not_overwritten(es, es_url):
     """The conditional update meets a changed fingerprint: re-read, left for the next run."""
-    from neardup.indexer.cluster import ClusterUpdater
-    from neardup.indexer.cluster_docs import SOURCE_FIELDS, Planned
+    from neardup.indexer.cluster.documents import SOURCE_FIELDS, Planned
+    from neardup.indexer.cluster.updates import ClusterUpdater
     from neardup.indexer.retry import Retrier
     from neardup.indexer.stats import JobStats
     from neardup.indexer.writer import Pending

@@ -1,7 +1,7 @@
 """Cluster seeds: the indexer writes the values a singleton gets, the first cluster run writes
 only what really changes, and no document stands for "clustered" unless a run saw it.
 
-See :mod:`indexer.cluster_seed` for the protocol. The races are simulated by putting
+See :mod:`indexer.cluster.seeds` for the protocol. The races are simulated by putting
 ``_meta.neardup_clusters`` (what a starting ``neardup cluster`` does) between a seeded bulk
 request and the check that follows its acknowledgement.
 """
@@ -22,11 +22,14 @@ from elasticsearch import Elasticsearch, helpers
 from neardup.config import Config, load_config
 from neardup.corpora import reuters_documents
 from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams
-from neardup.indexer import cluster as cluster_module
 from neardup.indexer.client import make_client
-from neardup.indexer.cluster import ClusterOptions, band_strings, cluster_params, run_cluster
-from neardup.indexer.cluster_docs import DocTable
-from neardup.indexer.cluster_seed import META_KEY, Seeder, SeedPlan, seed_plan
+from neardup.indexer.cluster import job as cluster_job
+from neardup.indexer.cluster import options as cluster_options
+from neardup.indexer.cluster import run as cluster_run
+from neardup.indexer.cluster.documents import DocTable, band_strings
+from neardup.indexer.cluster.options import ClusterOptions, cluster_params
+from neardup.indexer.cluster.run import run_cluster
+from neardup.indexer.cluster.seeds import META_KEY, Seeder, SeedPlan, seed_plan
 from neardup.indexer.job import fingerprint_function
 from neardup.indexer.load import Loader, LoadOptions
 from neardup.indexer.progress import Progress
@@ -321,13 +324,13 @@ def test_the_cluster_job_records_building_before_it_reads(es, es_url, new_index,
     index = new_index(stories(6))
     neardup_json(es, es_url, "index", "--index", index)
     seen: list[Any] = []
-    read_table = cluster_module.Job.read_table
+    read_table = cluster_job.Job.read_table
 
     def spying(job: Any, *args: Any, **kwargs: Any) -> Any:
         seen.append(es.indices.get_mapping(index=index)[index]["mappings"].get("_meta", {}).get(META_KEY, {}).get("state"))
         return read_table(job, *args, **kwargs)
 
-    monkeypatch.setattr(cluster_module.Job, "read_table", spying)
+    monkeypatch.setattr(cluster_job.Job, "read_table", spying)
     result = run_cluster(config, ClusterOptions(index=index, threshold=THRESHOLD, mode="memory"), progress=Progress())
     assert seen == ["building"] and result.stats.failed == 0
     assert es.indices.get_mapping(index=index)[index]["mappings"]["_meta"][META_KEY]["state"] == "ready"
@@ -499,7 +502,7 @@ def test_the_cluster_job_fails_if_building_is_not_acknowledged(es, es_url, new_i
     from neardup.indexer.errors import JobError
 
     index = new_index(stories(2))
-    real_make_client = cluster_module.make_client
+    real_make_client = cluster_run.make_client
 
     class Indices:
         def __init__(self, real: Any) -> None:
@@ -520,7 +523,7 @@ def test_the_cluster_job_fails_if_building_is_not_acknowledged(es, es_url, new_i
         def __getattr__(self, name: str) -> Any:
             return getattr(self._real, name)
 
-    monkeypatch.setattr(cluster_module, "make_client", lambda upstream: Unacknowledged(real_make_client(upstream)))
+    monkeypatch.setattr(cluster_run, "make_client", lambda upstream: Unacknowledged(real_make_client(upstream)))
     with pytest.raises(JobError, match="did not acknowledge recording `building`"):
         run_cluster(config, ClusterOptions(index=index, threshold=THRESHOLD, mode="memory"), progress=Progress())
 
@@ -562,7 +565,7 @@ def test_seeds_of_a_killed_worker_are_withdrawn_by_the_first_cluster_run(es, es_
     near-copy of s00) and ``x`` (read by the run without text, then given a near-copy of s01's
     text) would keep their own key as cluster id in a `ready` index. The run's backstop
     (:meth:`indexer.cluster.Job.withdraw_unexamined`) withdraws them: they count as new."""
-    from neardup.indexer import cluster_aggregate
+    from neardup.indexer.cluster import aggregate as cluster_aggregate
 
     docs = stories(10)
     index = new_index(docs + [{"id": "x", "note": "no text yet"}])
@@ -583,14 +586,14 @@ def test_seeds_of_a_killed_worker_are_withdrawn_by_the_first_cluster_run(es, es_
             client.close()
 
     if mode in ("memory", "auto"):  # auto chooses memory here
-        read_table = cluster_module.Job.read_table
+        read_table = cluster_job.Job.read_table
 
         def reading(job: Any, *args: Any, **kwargs: Any) -> Any:
             table = read_table(job, *args, **kwargs)
             killed_worker_writes()  # after the point in time
             return table
 
-        monkeypatch.setattr(cluster_module.Job, "read_table", reading)
+        monkeypatch.setattr(cluster_job.Job, "read_table", reading)
     else:
         write_clusters = cluster_aggregate._write_clusters
 
@@ -623,7 +626,7 @@ def requests_of_a_run(monkeypatch: pytest.MonkeyPatch, config: Config, options: 
     """What ``run_cluster`` asks Elasticsearch, in order (the :class:`Retrier` labels), with
     ``cut`` for each :func:`take_cut` (the real one runs)."""
     asked: list[str] = []
-    call, take_cut = Retrier.call, cluster_module.take_cut
+    call, take_cut = Retrier.call, cluster_run.take_cut
 
     def labelled(retrier: Retrier, what: str, fn: Callable[[], Any]) -> Any:
         asked.append(what)
@@ -635,7 +638,8 @@ def requests_of_a_run(monkeypatch: pytest.MonkeyPatch, config: Config, options: 
 
     with monkeypatch.context() as patch:
         patch.setattr(Retrier, "call", labelled)
-        patch.setattr(cluster_module, "take_cut", counted)
+        patch.setattr(cluster_run, "take_cut", counted)
+        patch.setattr(cluster_job, "take_cut", counted)
         result = run_cluster(config, options, progress=Progress())
     assert result.stats.failed == 0
     return asked
@@ -646,7 +650,7 @@ def requests_of_a_run(monkeypatch: pytest.MonkeyPatch, config: Config, options: 
     ("memory", 2048, "memory"), ("aggregate", 2048, "aggregate"), ("auto", 2048, "memory"), ("auto", 1, "aggregate")])
 def test_a_full_run_takes_its_cut_just_before_the_refresh_its_reading_rests_on(
         es, es_url, new_index, monkeypatch, config, mode, memory_limit, strategy):
-    """One ``_stats`` request a run (:mod:`indexer.cluster_backstop`) but for ``auto`` choosing
+    """One ``_stats`` request a run (:mod:`indexer.cluster.backstop`) but for ``auto`` choosing
     aggregate: memory (named or chosen by ``auto``) takes it before the first refresh (its point
     in time is opened after it); aggregate after the key pass wrote the keys, before the refresh
     the aggregation rests on, replacing the one ``auto`` took. An incremental run takes none."""
@@ -654,7 +658,7 @@ def test_a_full_run_takes_its_cut_just_before_the_refresh_its_reading_rests_on(
     index = new_index(docs)
     neardup_json(es, es_url, "index", "--index", index)
     if memory_limit == 1:  # 9 documents need about 11 KB: make them need more than 1 MB
-        monkeypatch.setattr(cluster_module, "BYTES_PER_DOC", 2**20)
+        monkeypatch.setattr(cluster_options, "BYTES_PER_DOC", 2**20)
     # not the seeds' threshold: other keys, so aggregate's key pass writes every document
     options = ClusterOptions(index=index, threshold=0.7, mode=mode, memory_limit_mb=memory_limit)
     asked = requests_of_a_run(monkeypatch, config, options)
@@ -685,7 +689,7 @@ def test_the_cut_is_not_held_back_by_a_replicas_stale_global_checkpoint():
     """Once writes stop, a replica keeps the global checkpoint the primary last told it (until the
     next sync, up to 30 s): below the writes acknowledged before the run. The cut must not use
     it, or the aggregate strategy withdraws values it saw (the indexer's seeds, its own keys)."""
-    from neardup.indexer.cluster_backstop import take_cut
+    from neardup.indexer.cluster.backstop import take_cut
 
     def copy(primary: bool, local: int, global_: int) -> dict[str, Any]:
         return {"routing": {"primary": primary},
@@ -723,10 +727,11 @@ def test_a_cut_below_the_runs_own_writes_withdraws_none_of_them(es, es_url, new_
     run_cluster(config, ClusterOptions(index=index, threshold=THRESHOLD, mode=mode), progress=Progress())
     # a wrong value the next run's last pass rewrites (on the version its key pass wrote)
     es.update(index=index, id="s05", doc={FIELD: {"cluster": "wrong"}}, refresh=True)
-    take_cut = cluster_module.take_cut
+    take_cut = cluster_run.take_cut
     before_run = take_cut(es, Retrier(es_url, 3), index)   # held there while the run writes
 
-    monkeypatch.setattr(cluster_module, "take_cut", lambda *args, **kwargs: before_run)
+    monkeypatch.setattr(cluster_run, "take_cut", lambda *args, **kwargs: before_run)
+    monkeypatch.setattr(cluster_job, "take_cut", lambda *args, **kwargs: before_run)
     # another threshold: other bands, so the key pass rewrites every document
     result = run_cluster(config, ClusterOptions(index=index, threshold=0.7, mode=mode), progress=Progress())
     assert result.stats.failed == 0 and result.stats.updated >= len(docs)

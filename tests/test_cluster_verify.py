@@ -3,7 +3,7 @@
 Pure part (:mod:`fingerprint.verify` and the ``verify`` hook of ``cluster_signatures``): exact
 resemblance against Python sets, the margin math, candidate recall at ``t - δ`` on planted
 pairs whose exact resemblance is just above t while their estimate is below it, and the
-clusters against exact single-link. Elasticsearch part (:mod:`indexer.cluster_verify`): such a
+clusters against exact single-link. Elasticsearch part (:mod:`indexer.cluster.verification`): such a
 pair is clustered with ``--verify text`` and not with ``--verify signature``.
 """
 
@@ -45,8 +45,8 @@ from neardup.fingerprint.verify import (
     set_verifier,
     verified_single_link,
 )
-from neardup.indexer.cluster import META_KEY
-from neardup.indexer.cluster_verify import text_params
+from neardup.indexer.cluster.meta import META_KEY
+from neardup.indexer.cluster.verification import text_params
 from tests.plugins.corpora import bulk_load, run_neardup
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -132,3 +132,26 @@ def test_command_line_entry_point_without_traceback(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "neardup", "compare", str(bad), str(bad)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "not a text file" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_encoding_option(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``--encoding`` names the files' encoding; UTF-8 stays the default, and a file that does
+    not decode is one line naming the file and the option."""
+    text = "Crème brûlée prices rose sharply in Zürich and Köln"
+    latin, utf8 = tmp_path / "latin.txt", tmp_path / "utf8.txt"
+    latin.write_bytes(text.encode("latin-1"))
+    utf8.write_text(text, encoding="utf-8")
+    assert main(["compare", str(latin), str(utf8)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"neardup compare: {latin}: not UTF-8 text (invalid byte at offset 2); name the files' " \
+                  "encoding with --encoding\n"
+    out = run_json(capsys, "--encoding", "latin-1", str(latin), str(latin))
+    assert out["resemblance"][0][1] == 1.0
+    both = run_json(capsys, str(utf8), str(utf8))
+    assert out["resemblance"] == both["resemblance"]
+    assert main(["compare", "--encoding", "cp1251", str(utf8), str(latin)]) == 0  # every byte is cp1251
+    capsys.readouterr()
+    assert main(["compare", "--encoding", "ascii", str(latin), str(utf8)]) == 2
+    assert "not ascii text (invalid byte at offset 2)" in capsys.readouterr().err
+    assert main(["compare", "--encoding", "klingon", str(latin), str(utf8)]) == 2
+    assert capsys.readouterr().err == "neardup compare: --encoding klingon: unknown encoding\n"

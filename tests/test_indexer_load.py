@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import csv
+import html
+import io
 import json
+import tarfile
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -13,8 +17,8 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams
-from neardup.indexer.dedup import similarity
 from neardup.indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_STOPPED
+from neardup.indexer.matching import similarity
 from tests.plugins.corpora import run_neardup, with_seed
 
 pytestmark = pytest.mark.timeout(600)
@@ -196,3 +200,112 @@ def test_duplicates_of_a_document_without_fingerprint(es, es_url, index_name):
     result = run_neardup(["duplicates", "--index", index_name, "--id", "plain"], es_url)
     assert result.returncode == EXIT_STOPPED
     assert "has no fingerprint" in result.stderr.decode() and "neardup index" in result.stderr.decode()
+
+
+# --- load: input formats and progress -------------------------------------------------------------
+
+def reuters_sgml(stories: list[dict[str, Any]]) -> str:
+    """Reuters-21578 SGML of ``stories`` (as ``neardup.corpora`` reads it back)."""
+    def story(doc: dict[str, Any]) -> str:
+        topics = "".join(f"<D>{t}</D>" for t in doc["topics"])
+        return (f'<REUTERS TOPICS="YES" NEWID="{doc["id"]}">\n<DATE>{doc["date"]}</DATE>\n<TOPICS>{topics}</TOPICS>\n'
+                f'<TEXT>\n<TITLE>{html.escape(doc["title"])}</TITLE>\n<BODY>{html.escape(doc["body"])}</BODY></TEXT>\n'
+                "</REUTERS>\n")
+    return '<!DOCTYPE lewis SYSTEM "lewis.dtd">\n' + "".join(story(d) for d in stories)
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv", "reuters"])
+def test_load_reads_json_csv_and_reuters_files(es, es_url, index_name, tmp_path, fp, stories, fmt):
+    """The format comes from the file name; each document is loaded with its fingerprint."""
+    docs = stories[:4]
+    if fmt == "json":
+        source = tmp_path / "docs.json"
+        source.write_text(json.dumps([{k: d[k] for k in ("id", "title", "body")} for d in docs]), encoding="utf-8")
+    elif fmt == "csv":
+        source = tmp_path / "docs.csv"
+        with source.open("w", encoding="utf-8", newline="") as out:
+            writer = csv.writer(out)
+            writer.writerow(["id", "title", "body"])
+            writer.writerows([d["id"], d["title"], d["body"]] for d in docs)
+    else:
+        source = tmp_path / "reut2-000.sgm"
+        source.write_bytes(reuters_sgml(docs).encode("latin-1", errors="replace"))
+    result, summary = load(es_url, index_name, source)
+    assert result.returncode == EXIT_OK, result.stderr.decode()
+    assert summary["loaded"] == len(docs) and summary["fingerprinted"] == len(docs)
+    for doc in docs:
+        got = es.get(index=index_name, id=doc["id"])["_source"]
+        assert (got["title"], got["body"]) == (doc["title"], doc["body"])
+        assert got[FIELD]["sig"] == fp.fingerprint_fields([doc["title"], doc["body"]]).to_source()["sig"]
+        if fmt == "reuters":
+            assert got["topics"] == doc["topics"] and got["date"] == doc["date"]
+
+
+def test_load_reads_the_reuters_archive(es, es_url, index_name, tmp_path, stories):
+    archive = tmp_path / "reuters21578.tar.gz"
+    data = reuters_sgml(stories[:3]).encode("latin-1", errors="replace")
+    with tarfile.open(archive, "w:gz") as tar:
+        member = tarfile.TarInfo("reut2-000.sgm")
+        member.size = len(data)
+        tar.addfile(member, io.BytesIO(data))
+    result, summary = load(es_url, index_name, archive)
+    assert result.returncode == EXIT_OK, result.stderr.decode()
+    assert summary["loaded"] == 3 and es.get(index=index_name, id=stories[2]["id"])["found"]
+
+
+@pytest.mark.parametrize(("name", "content", "args", "message"), [
+    ("docs.json", b'{"id": 1}', [], "a JSON dict where --format json needs an array of objects"),
+    ("docs.json", b'[{"id": 1},', [], "not valid JSON"),
+    ("docs.csv", b"", [], "no header row"),
+    ("docs.csv", b"id,title\n1,caf\xe9\n", [], "not UTF-8"),
+    ("docs.txt", b'[{"id": 1}]', ["--format", "reuters"], "not a readable .tar.gz archive"),
+    ("reut2-000.sgm", b"<html>nothing</html>", [], "no Reuters-21578 story"),
+])
+def test_load_of_a_bad_file_is_one_message(es_url, index_name, tmp_path, name, content, args, message):
+    source = tmp_path / name
+    source.write_bytes(content)
+    result = run_neardup(["load", "--index", index_name, str(source), *args], es_url)
+    err = result.stderr.decode()
+    assert result.returncode == 2, err
+    assert message in err and str(source) in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_load_with_a_json_array_of_non_objects_reports_them_as_bad_lines(es, es_url, index_name, tmp_path, stories):
+    source = tmp_path / "docs.json"
+    source.write_text(json.dumps([stories[0], 5, "x"]), encoding="utf-8")
+    result, summary = load(es_url, index_name, source)
+    assert result.returncode == EXIT_DOCUMENTS_FAILED
+    assert summary["loaded"] == 1 and [b["line"] for b in summary["bad_lines"]] == [2, 3]
+
+
+def test_load_shows_progress_as_index_does(es, es_url, index_name, tmp_path, stories, monkeypatch):
+    """``neardup load`` takes its progress from ``Progress.for_stream`` like ``neardup index``
+    (a bar on a terminal, periodic log lines otherwise), ticked after every bulk request."""
+    from neardup.cli import load as load_command
+    from neardup.cli import main
+    from neardup.indexer.progress import LogProgress, Progress
+
+    ticks: list[tuple[int, int]] = []
+    made: list[tuple[str, Progress]] = []
+
+    class Recording(Progress):
+        def tick(self, stats) -> None:
+            ticks.append((stats.read, stats.updated))
+
+        def close(self) -> None:
+            ticks.append((-1, -1))
+
+    original = Progress.for_stream
+
+    def for_stream(stream, label, interval=10.0):
+        made.append((label, original(stream, label, interval)))
+        return Recording()
+
+    monkeypatch.setattr(load_command.Progress, "for_stream", staticmethod(for_stream))
+    monkeypatch.setenv("NEARDUP_UPSTREAM__URLS", es_url)
+    source = write_lines(tmp_path / "docs.jsonl", stories[:5])
+    assert main(["load", "--index", index_name, str(source), "--batch-size", "2", "--json"]) == EXIT_OK
+    assert [label for label, _ in made] == [f"load {index_name}"]
+    assert isinstance(made[0][1], LogProgress)  # stderr is not a terminal here
+    assert ticks == [(2, 2), (4, 4), (5, 5), (-1, -1)]

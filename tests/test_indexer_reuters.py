@@ -10,7 +10,7 @@ import pytest
 from elasticsearch import Elasticsearch, helpers
 
 from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams
-from neardup.indexer.cluster_seed import SeedPlan
+from neardup.indexer.cluster.seeds import SeedPlan
 
 pytestmark = [pytest.mark.timeout(1800), pytest.mark.slow]
 
@@ -47,7 +47,7 @@ def test_every_story_is_fingerprinted_and_otherwise_unchanged(es: Elasticsearch,
     with get_context("fork").Pool(2) as pool:
         expected = pool.map(_expected, [tuple(d[f] for f in FIELDS) for d in reuters_docs], chunksize=500)
     # with the cluster seed `neardup index` writes while the index was never clustered
-    # (indexer.cluster_seed: cluster = the _id, bands = the LSH keys of the default threshold)
+    # (indexer.cluster.seeds: cluster = the _id, bands = the LSH keys of the default threshold)
     plan = SeedPlan.for_target(reuters_index, 0.8, FingerprintParams(), [reuters_index])
     seeds = plan.values([(reuters_index, d["id"], want or {}) for d, want in zip(reuters_docs, expected)])
     expected = [None if want is None else {**want, **seed} for want, seed in zip(expected, seeds)]

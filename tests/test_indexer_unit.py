@@ -13,10 +13,10 @@ from elasticsearch import ApiError
 
 from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams
 from neardup.fingerprint.texts import document_texts
-from neardup.indexer.dedup import RunIndex, best_match, similarity, verified_matches
 from neardup.indexer.enrich import add_fingerprint, enrich_line, splice_field
 from neardup.indexer.errors import Unreachable, explain
 from neardup.indexer.mapping import field_conflicts, mapping_conflicts, missing_properties, text_fields, wanted_properties
+from neardup.indexer.matching import RunIndex, best_match, similarity, verified_matches
 from neardup.indexer.progress import LogProgress, Progress
 from neardup.indexer.query import SliceSpec, parse_slice, plan_slices, selection
 from neardup.indexer.retry import Retrier, backoff_delay, is_transient
@@ -313,8 +313,8 @@ def flags_over(env: dict[str, str], *argv: str):
     """(args, config): ``argv`` parsed by the ``neardup`` parser, the configuration loaded with
     ``env`` as its NEARDUP_* variables, and the configuration with the flags applied."""
     from neardup.cli import build_parser
+    from neardup.cli.options import with_flags
     from neardup.config import load_config
-    from neardup.indexer.cli import with_flags
 
     args = build_parser().parse_args(list(argv))
     config = load_config(environ=env)
@@ -360,21 +360,21 @@ def test_a_flag_outside_its_keys_limits_is_a_usage_error_naming_the_flag(capsys)
 
 def test_the_commands_run_with_the_options_the_flags_and_the_configuration_give(monkeypatch, capsys):
     """The handlers build their options from the configuration with the flags applied."""
-    from neardup.cli import main
+    from neardup.cli import cluster, copies, index, main
     from neardup.config import load_config
-    from neardup.indexer import cli, cluster, cluster_cli, copies, job
+    from neardup.indexer.errors import JobError
 
     seen = {}
 
     def recording(name):
         def run(*args):
             seen[name] = args[-1]  # the options are the last argument of each runner
-            raise cli.JobError("stop here")
+            raise JobError("stop here")
         return run
 
-    for module in (cli, cluster_cli, copies):
+    for module in (index, cluster, copies):
         monkeypatch.setattr(module, "check_upstream", lambda config: None)
-    monkeypatch.setattr(job, "run_job", recording("index"))
+    monkeypatch.setattr(index, "run_job", recording("index"))
     monkeypatch.setattr(cluster, "run_cluster", recording("cluster"))
     monkeypatch.setattr(copies, "run_copies", recording("copies"))
     monkeypatch.setenv("NEARDUP_INDEXER__WORKERS", "3")

@@ -21,13 +21,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "neardup"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("neardup.fingerprint",),
     ("neardup.access_rules", "neardup.config", "neardup.logs", "neardup.upstream",
-     "neardup.tfidf", "neardup.corpora", "neardup.compare"),
+     "neardup.tfidf_config", "neardup.corpora", "neardup.compare"),
     ("neardup.indexer", "neardup.proxy.transport"),
     ("neardup.proxy.grouping",),
     ("neardup.proxy.handlers",),
     ("neardup.proxy.app",),
     ("neardup.proxy.server",),
-    ("neardup.cli", "neardup.proxy.cli", "neardup.__main__"),
+    ("neardup.cli", "neardup.__main__"),
 )
 #: Prefixes that share a layer but never import each other.
 APART = (("neardup.indexer", "neardup.proxy"),)

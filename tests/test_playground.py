@@ -72,7 +72,7 @@ def test_disabled_playground_answers_404_with_an_elasticsearch_error(path: str) 
 def test_the_command_line_switches_it_on() -> None:
     import argparse
 
-    from neardup.proxy.cli import register, with_overrides
+    from neardup.cli.proxy import register, with_overrides
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())

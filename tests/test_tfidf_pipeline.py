@@ -25,8 +25,9 @@ from neardup.indexer.job import IndexOptions, run_job
 from neardup.indexer.mapping import wanted_properties
 from neardup.indexer.progress import Progress
 from neardup.indexer.retry import Retrier
-from neardup.indexer.tfidf import StatsStore, stats_index_name, tf_properties
-from neardup.tfidf import weigher_from_config
+from neardup.indexer.tfidf_stats import StatsStore, stats_index_name
+from neardup.indexer.tfidf_vectors import tf_properties
+from neardup.tfidf_config import weigher_from_config
 from tests.plugins.corpora import run_neardup
 from tests.test_proxy_support import ProxyThread, make_config
 

@@ -11,21 +11,21 @@ from neardup.config import CollapseConfig, Config, ConfigError, load_config
 from neardup.fingerprint import Fingerprinter
 from neardup.fingerprint.tfidf import CorpusStats, TfidfParams, TfidfWeigher
 from neardup.indexer.query import already_current, selection
-from neardup.indexer.tfidf import (
+from neardup.indexer.tfidf_stats import (
     APPLIED_WRITERS,
     add_counts,
     already_applied,
     decode_part,
     encode_part,
     record_applied,
-    tf_properties,
 )
+from neardup.indexer.tfidf_vectors import tf_properties
 from neardup.proxy.grouping import collapse, tfidf_groups
 from neardup.proxy.grouping.fingerprints import default_algorithms
 from neardup.proxy.handlers.params import Controls, Settings, parse_controls, resolve, split_query
 from neardup.proxy.handlers.search_plan import Plan, plan_search
 from neardup.proxy.transport.errors import ProxyError
-from neardup.tfidf import tfidf_version_of, weigher_from_config
+from neardup.tfidf_config import tfidf_version_of, weigher_from_config
 
 TEXTS = [
     "The central bank raised interest rates by half a point to curb inflation, the governor said.",

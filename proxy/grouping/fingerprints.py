@@ -14,7 +14,7 @@ from neardup.proxy.grouping.collapse import Algorithms
 
 
 def default_algorithms(params: FingerprintParams, tfidf_version: str = "") -> Algorithms:
-    """``tfidf_version``: the TF-IDF version (``neardup.tfidf.tfidf_version_of``) whose vectors
+    """``tfidf_version``: the TF-IDF version (``neardup.tfidf_config.tfidf_version_of``) whose vectors
     ``neardup_mode=tfidf`` compares; empty: none (no hit is grouped in that mode)."""
     read = partial(read_signatures, version=scheme_version(params), num_perm=params.num_perm)
     return Algorithms(read=read, similar_pairs=similar_pairs, group_labels=group_labels,

@@ -106,10 +106,10 @@ def reuters_index_summary(reuters_index: str) -> dict[str, Any]:
 
 def with_seed(value: dict[str, Any], doc_id: str) -> dict[str, Any]:
     """``value`` (a fingerprint's ``neardup`` object) with the cluster seed ``neardup index`` and
-    ``neardup load`` write while the index has never been clustered (:mod:`indexer.cluster_seed`:
+    ``neardup load`` write while the index has never been clustered (:mod:`indexer.cluster.seeds`:
     ``cluster`` = the ``_id``, ``bands`` = the LSH keys of the default threshold 0.8)."""
     from neardup.fingerprint import FingerprintParams
-    from neardup.indexer.cluster_seed import SeedPlan
+    from neardup.indexer.cluster.seeds import SeedPlan
 
     plan = SeedPlan.for_target("any", 0.8, FingerprintParams(), ["any"])
     return {**value, **plan.values([("any", doc_id, value)])[0]}

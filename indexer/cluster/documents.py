@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from neardup.fingerprint import FIELD
+from neardup.fingerprint.lsh import Banding, key_strings
 
 CLUSTER = "cluster"
 BANDS = "bands"
@@ -173,3 +174,14 @@ class Planned:
         if self.bands is not None:
             value[BANDS] = list(self.bands)
         return value
+
+
+def band_strings(banding: Banding, table: DocTable) -> list[tuple[str, ...]]:
+    """The stored form of each document's keys (empty for documents that are never linked)."""
+    counts = table.count_array()
+    out: list[tuple[str, ...]] = [()] * len(table)
+    rows = np.flatnonzero(counts > 0)
+    if len(rows):
+        for row, keys in zip(rows.tolist(), key_strings(banding.keys(table.signatures()[rows]))):
+            out[row] = tuple(keys)
+    return out

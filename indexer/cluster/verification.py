@@ -38,9 +38,10 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+from elasticsearch import Elasticsearch
 
 from neardup.fingerprint import Fingerprinter
 from neardup.fingerprint.clustering import Clustering, ClusterParams, cluster_signatures
@@ -56,13 +57,9 @@ from neardup.fingerprint.verify import (
     lowered_banding,
     set_signatures,
 )
-from neardup.indexer.cluster_docs import DocTable
-
-if TYPE_CHECKING:  # pragma: no cover
-    from elasticsearch import Elasticsearch
-
-    from neardup.indexer.cluster import Job
-    from neardup.indexer.retry import Retrier
+from neardup.indexer.cluster.documents import DocTable
+from neardup.indexer.cluster.job import Job
+from neardup.indexer.retry import Retrier
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +228,7 @@ class TextVerifier:
 
 def cluster_table(job: Job, table: DocTable) -> Clustering:
     """The clusters of ``table``'s documents, verified as ``job.options.verify`` says
-    (the verification step of :func:`indexer.cluster.run_memory`)."""
+    (the verification step of :func:`indexer.cluster.memory.run_memory`)."""
     method = getattr(job.options, "verify", "text")
     if method not in METHODS:
         raise ValueError(f"verify = {method!r}: must be one of {', '.join(METHODS)}")

@@ -47,8 +47,12 @@ from neardup.fingerprint.clustering import (
 )
 from neardup.fingerprint.lsh import needed_matches
 from neardup.fingerprint.similarity import group_labels
-from neardup.indexer.cluster import Job, ReportInput, band_strings, count_fingerprints, keys_query, pending_for
-from neardup.indexer.cluster_docs import BANDS, DocTable, Planned
+from neardup.indexer.cluster.documents import BANDS, DocTable, Planned, band_strings
+from neardup.indexer.cluster.job import Job
+from neardup.indexer.cluster.queries import keys_query
+from neardup.indexer.cluster.report import ReportInput
+from neardup.indexer.cluster.result import count_fingerprints
+from neardup.indexer.cluster.updates import pending_for
 
 #: Buckets per page of the composite aggregation.
 COMPOSITE_PAGE = 5000

@@ -1,29 +1,31 @@
-"""The ``neardup`` command line: one program, one subcommand per job.
+"""The ``neardup`` command line: one program, one module per subcommand.
 
-Each job's module contributes its subcommands through a ``register(subparsers)`` function
-that adds a parser and sets ``handler(args, config) -> int`` as its default. The handler
-gets the validated :class:`~neardup.config.Config`; it returns the exit status.
+Each subcommand module has ``register(subparsers)``, which adds its parser and sets
+``handler(args, config) -> int`` as its default. The handler gets the validated
+:class:`~neardup.config.Config` and returns the exit status; the jobs' logic lives in
+:mod:`neardup.indexer`, :mod:`neardup.compare` and :mod:`neardup.proxy`.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import sys
 from collections.abc import Sequence
 
 from neardup import __version__
+from neardup.cli import cluster, compare, copies, duplicates, enrich, index, load, proxy
 from neardup.config import ConfigError, load_config
+from neardup.logs import JsonFormatter
 
-#: Modules that add subcommands, in the order they appear in ``neardup --help``.
-COMMAND_MODULES = (
-    "neardup.compare",
-    "neardup.indexer.cli",
-    "neardup.indexer.cluster_cli",
-    "neardup.indexer.copies",
-    "neardup.proxy.cli",
-)
+#: Subcommand modules, in the order they appear in ``neardup --help``.
+COMMANDS = (compare, index, enrich, load, duplicates, cluster, copies, proxy)
+
+#: Libraries whose INFO (and, for the Elasticsearch client, WARNING) lines are noise in a job's
+#: output: pymorphy3 announces its dictionaries, elastic_transport logs every request and every
+#: node it puts on timeout (the jobs report an unreachable cluster themselves). Shown with
+#: ``--log-level DEBUG``.
+QUIET_LOGGERS = {"pymorphy3": logging.WARNING, "elastic_transport": logging.ERROR}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,20 +46,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="overrides logging.level of the configuration",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+    for command in COMMANDS:
+        command.register(subparsers)
     return parser
 
 
 def configure_logging(level: str, fmt: str) -> None:
     if fmt == "json":
-        from neardup.logs import JsonFormatter
-
         handler = logging.StreamHandler()
         handler.setFormatter(JsonFormatter())
         logging.basicConfig(level=level, handlers=[handler], force=True)
     else:
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    for name, quiet in QUIET_LOGGERS.items():
+        logging.getLogger(name).setLevel(logging.NOTSET if level == "DEBUG" else max(quiet, logging.getLevelName(level)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

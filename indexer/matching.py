@@ -16,7 +16,7 @@ fingerprints (no words) have no keys and never match.
 In Elasticsearch, the candidate query ranks by the number of shared keys (each key is a
 ``constant_score`` clause worth 1), so the most likely duplicates come first when a cap on
 candidates applies. Within one ``neardup load`` run, :class:`RunIndex` keeps the fingerprints
-loaded so far in memory, keyed the same way (about 1 KB per document).
+loaded so far in memory, keyed the same way.
 """
 
 from __future__ import annotations

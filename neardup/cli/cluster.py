@@ -1,6 +1,6 @@
-"""The ``neardup cluster`` subcommand (see :mod:`indexer.cluster`).
+"""``neardup cluster``: the near-duplicate clusters of a whole index (:mod:`neardup.indexer.cluster`).
 
-Exit status as for the indexer's commands: 0 done; 1 some documents could not be written
+Exit status as for the other jobs (:mod:`neardup.cli.options`): 0 done; 1 some documents could not be written
 (the clusters stay marked as building, so the proxy does not rely on them); 2 bad options;
 3 the job could not start or had to stop.
 """
@@ -11,24 +11,26 @@ import argparse
 import json
 import os
 
-from neardup.config import Config, collapse_settings_for
-from neardup.indexer.cli import (
-    _add_field_option,
-    _positive,
-    _threshold,
+from neardup.cli.options import (
+    Subparsers,
+    add_field_option,
     add_index_job_options,
     check_upstream,
     clear_errors,
     fail,
+    positive,
+    threshold,
     with_flags,
 )
+from neardup.config import Config, collapse_settings_for
+from neardup.indexer.cluster.options import ClusterOptions
+from neardup.indexer.cluster.result import format_result
+from neardup.indexer.cluster.run import run_cluster
 from neardup.indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_USAGE
 
 
 @clear_errors
 def cluster_command(args: argparse.Namespace, config: Config) -> int:
-    from neardup.indexer.cluster import ClusterOptions, format_result, run_cluster
-
     _, default_threshold, _ = collapse_settings_for(config.collapse, args.index)
     if args.report:
         folder = os.path.dirname(os.path.abspath(args.report))
@@ -47,8 +49,7 @@ def cluster_command(args: argparse.Namespace, config: Config) -> int:
     return EXIT_DOCUMENTS_FAILED if result.stats.failed else EXIT_OK
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``neardup cluster`` to the ``neardup`` parser."""
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "cluster", help="find the near-duplicate clusters of a whole index and store their ids",
         description="Cluster the documents of an index by their stored fingerprints: single-link "
@@ -61,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "conditional on each document's _seq_no. Run `neardup index` first.")
     add_index_job_options(parser, "cluster", workers="point-in-time slices read in parallel",
                           pages="documents per page and per bulk request")
-    parser.add_argument("--threshold", type=_threshold, metavar="T",
+    parser.add_argument("--threshold", type=threshold, metavar="T",
                         help="estimated resemblance at or above which two documents are linked "
                         "(default: collapse.threshold for the index, so the proxy can collapse on the "
                         "clusters natively)")
@@ -76,10 +77,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--report", metavar="FILE",
                         help="also write an HTML report: cluster sizes, the largest clusters with "
                         "titles, and pairs near the threshold with their similarity")
-    _add_field_option(parser, help="text field, repeat for several: the fields `neardup index` fingerprinted, "
+    add_field_option(parser, help="text field, repeat for several: the fields `neardup index` fingerprinted, "
                       "in the same order; read back by --verify text, and shown in the report (the first "
                       "as the title) (default: indexer.fields of the configuration)")
-    parser.add_argument("--memory-limit", type=_positive, default=2048, metavar="MB",
+    parser.add_argument("--memory-limit", type=positive, default=2048, metavar="MB",
                         help="with --mode auto, the memory strategy is used while the fingerprints "
                         "fit in about this many MB (default: 2048)")
     parser.add_argument("--no-supershingles", action="store_true",

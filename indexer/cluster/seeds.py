@@ -1,84 +1,14 @@
 """Cluster *seeds*: the values a singleton gets from ``neardup cluster``, written at index time.
 
-``neardup cluster`` gives every document ``neardup.cluster`` (its cluster's id) and
-``neardup.bands`` (its LSH keys). Most documents are singletons (on Reuters, 18,112 of
-19,043), whose id is their own key (:func:`fingerprint.clustering.assign_ids`: a cluster's id
-is the key of one of its members) and whose keys are a function of the signature alone. Writing
-those values costs Elasticsearch a re-index of the whole document (a partial update re-indexes
-everything, body included), so a first run that writes them all is slow (9 s of writes on
-Reuters). The indexer already writes every fingerprint with a partial update (``neardup
-index``) or a whole document (``neardup load``): it writes the seed values in the same request,
-at no extra write, and the first cluster run only writes the documents whose values really
-differ (members that join another member's cluster).
-
-**What a seed is** (:meth:`SeedPlan.values`): ``cluster`` = the document's key as the cluster
-job names it (:func:`indexer.cluster_docs.doc_key`: its ``_id``, or ``<index>/<_id>`` when the
-index expression covers several indices) and ``bands`` = its LSH keys for the banding the
-cluster job uses by default for that index expression (``collapse.threshold`` for the index,
-with supershingle keys; :func:`indexer.cluster.cluster_params`), or ``[]`` when it has no words.
-A run with another threshold, or over another index expression, finds different values and
-rewrites them: slower, still correct. The first full run of an index takes no stored value as a
-previous cluster id (:meth:`indexer.cluster.Job.previous_ids`), so its ids do not depend on which
-documents have a seed. Cost at index time: the band keys of each page (vectorised, NumPy), about
-16 more keywords a document, and one filtered ``GET _mapping`` per seeded bulk request.
-``neardup enrich`` (lines to stdout, bound for an
-unknown index and often without a known ``_id``) and the library functions
-(:func:`indexer.enrich.add_fingerprint`) write no seeds; ``neardup load`` seeds only
-documents whose ``_id`` it knows and only when the target is one concrete index.
-
-**Staleness.** A document without ``neardup.cluster`` means "not clustered yet": the proxy
-refuses push-down while one exists (:func:`proxy.pushdown.missing_clusters_query`) and
-``neardup cluster --incremental`` places exactly those. A seed is a value, so it must never
-stand for "clustered" unless a cluster run saw the document. The rule:
-
-* Seeds are written only while the index has never been clustered: no concrete index behind
-  the expression has ``_meta.neardup_clusters`` (any state). Once it has, the indexer keeps
-  the old behaviour: a new document gets no cluster value, a changed fingerprint clears the
-  values (:func:`indexer.enrich.cleared_cluster_keys`), and the document waits for the next
-  cluster run.
-* A full cluster run puts ``_meta.neardup_clusters`` (``state: building``) *before* its
-  refresh and point in time (:func:`indexer.cluster.run_cluster`).
-* After every bulk request that carried seeds is acknowledged, the writer reads the ``_meta``
-  again (:meth:`Seeder.confirm`). If clusters are recorded by then, it withdraws the seeds of
-  that request (:meth:`Seeder.withdraw`: a partial update setting both values to null,
-  conditional on the ``_seq_no`` its own write got, sent with ``refresh=true`` so that a
-  seed some refresh made searchable meanwhile does not stay visible), and writes no more seeds.
-
-Why that is enough. Take a seeded write acknowledged at time *a*, and the ``_meta`` read that
-follows it at time *c > a*. If that read shows no clusters, the put-mapping of every cluster
-run that has started is acknowledged after *c* (a put-mapping is acknowledged once every node
-applied the new cluster state, so later reads on any node see it), and the run's refresh
-comes after that: its refresh starts after the write was acknowledged, so its point in time
-holds the seeded document, which it clusters like any other, and writes where the seed is not
-its value. If the read shows clusters, a run may have opened its point in time before the
-write, so the seed is withdrawn: the document counts as new (no value), as without seeds.
-Withdrawing is always safe (at worst a document a run did see waits for the next
-``--incremental``), so it is done for every item of the request that may hold the seed. A
-request whose attempt timed out on the client is sent again (:meth:`indexer.retry.Retrier.call`)
-although the first attempt may have been applied: a conditional update (``neardup index``)
-applied by then answers **409** (its ``if_seq_no`` is outdated), not ``noop``, and an item may
-also fail after an earlier attempt applied it. So the check after the acknowledgement covers
-every item sent with a seed that did not end in a success too (``uncertain`` of
-:meth:`Seeder.confirm`; in the writer, every item ever sent with a seed, also when a later
-resend carried none): if clusters are recorded, each is read again (real time) and withdrawn
-at the ``_seq_no`` read if it still holds exactly the seed. ``noop`` answers are covered as
-successes (their value may come from an attempt that timed out and was retried).
-If the conditional withdrawal conflicts, the document is read again (real time): if it still
-holds exactly the seed, it is withdrawn at the new ``_seq_no``; if it holds another value, a
-cluster run wrote it (so it saw the document) or another writer replaced it (and runs the same
-protocol), and it is left alone. A document whose seed cannot be withdrawn is a failure of the
-job, named in its summary (a full ``neardup cluster`` run fixes it).
-
-**Backstop in the cluster run.** The check runs in the writer: a worker killed between a
-request's acknowledgement and its check (or whose check fails, the node unreachable) leaves
-its seeds. So every full cluster run, before it marks ``ready``, finds the documents changed
-after what it read (per shard, ``_seq_no`` above a checkpoint taken before its refresh) and
-withdraws the cluster values it cannot vouch for (:mod:`indexer.cluster_backstop`). Not
-covered: a seeded request the node applies only after that search.
-
-The check before a request is the answer of the previous check (one ``GET _mapping`` per
-seeded request, filtered to ``_meta.neardup_clusters.state``): correctness rests on the check
-after the acknowledgement only. A caller not allowed to read the mapping writes no seeds.
+Most documents are singletons, whose cluster id is their own key
+(:func:`fingerprint.clustering.assign_ids`) and whose LSH keys depend on the signature alone.
+``neardup index`` and ``neardup load`` write those values (``cluster`` = the document's key,
+:func:`indexer.cluster.documents.doc_key`; ``bands`` = its keys for the default banding,
+:func:`indexer.cluster.options.cluster_params`, or ``[]`` without words) in the request that
+writes the fingerprint, so the first cluster run only rewrites the members that join another
+member's cluster. Seeds are written only while the index has never been clustered, and every
+seeded request is checked after its acknowledgement (:class:`Seeder`, which also gives the
+argument why no seed can stand for "clustered" unless a cluster run saw the document).
 """
 
 from __future__ import annotations
@@ -93,9 +23,10 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 from elasticsearch import ApiError, Elasticsearch
 
-from neardup.fingerprint import FIELD, FingerprintParams
-from neardup.fingerprint.lsh import Banding, key_strings
-from neardup.indexer.cluster_docs import BANDS, CLUSTER, CLUSTER_MAPPING, doc_key
+from neardup.fingerprint import FIELD, FingerprintParams, scheme_version
+from neardup.fingerprint.lsh import Banding, choose_banding, key_strings
+from neardup.indexer.cluster.documents import BANDS, CLUSTER, CLUSTER_MAPPING, doc_key
+from neardup.indexer.cluster.meta import META_KEY
 from neardup.indexer.docversion import DocVersion
 from neardup.indexer.errors import JobError, error_type_and_reason
 from neardup.indexer.mapping import MappingPlan, plan_neardup_mapping
@@ -104,9 +35,6 @@ from neardup.indexer.stats import Failures
 
 log = logging.getLogger(__name__)
 
-#: Same key as :data:`indexer.cluster.META_KEY` (not imported: this module is imported by the
-#: indexer, which must not load the cluster job).
-META_KEY = "neardup_clusters"
 #: ``filter_path`` of the ``_meta`` check: empty answer = no clusters recorded.
 META_FILTER = f"*.mappings._meta.{META_KEY}.state"
 WITHDRAWN = {CLUSTER: None, BANDS: None}
@@ -159,9 +87,6 @@ class SeedPlan:
                    indices: Sequence[str]) -> SeedPlan:
         """The plan for the cluster job's defaults on ``index`` (``threshold``: the collapse
         threshold for it), whose concrete indices are ``indices``."""
-        from neardup.fingerprint import scheme_version
-        from neardup.fingerprint.lsh import choose_banding
-
         return cls(index, scheme_version(fingerprint), fingerprint.num_perm,
                    choose_banding(threshold, fingerprint.num_perm, fingerprint.groups), len(indices) > 1)
 
@@ -191,7 +116,7 @@ class SeedPlan:
 
 
 def _signature(value: Mapping[str, Any], version: str, num_perm: int) -> tuple[bytes | None, int]:
-    """As :func:`indexer.cluster_docs.usable_signature`, for a value about to be written."""
+    """As :func:`indexer.cluster.documents.usable_signature`, for a value about to be written."""
     count = value.get("n")
     if value.get("v") != version or not isinstance(value.get("sig"), str):
         return None, 0
@@ -271,7 +196,62 @@ def withdraw_values(client: Elasticsearch, retrier: Retrier, items: Sequence[W],
 
 @dataclass
 class Seeder:
-    """Per job (or worker): whether seeds are written now, and the check after each request."""
+    """Per job (or worker): whether seeds are written now, and the check after each request.
+
+    **Staleness.** A document without ``neardup.cluster`` means "not clustered yet": the proxy
+    refuses push-down while one exists (:func:`proxy.pushdown.missing_clusters_query`) and
+    ``neardup cluster --incremental`` places exactly those. A seed is a value, so it must never
+    stand for "clustered" unless a cluster run saw the document. The rule:
+
+    * Seeds are written only while the index has never been clustered: no concrete index behind
+      the expression has ``_meta.neardup_clusters`` (any state). Once it has, the indexer keeps
+      the old behaviour: a new document gets no cluster value, a changed fingerprint clears the
+      values (:func:`indexer.enrich.cleared_cluster_keys`), and the document waits for the next
+      cluster run.
+    * A full cluster run puts ``_meta.neardup_clusters`` (``state: building``) *before* its
+      refresh and point in time (:func:`indexer.cluster.run.run_cluster`).
+    * After every bulk request that carried seeds is acknowledged, the writer reads the ``_meta``
+      again (:meth:`Seeder.confirm`). If clusters are recorded by then, it withdraws the seeds of
+      that request (:meth:`Seeder.withdraw`: a partial update setting both values to null,
+      conditional on the ``_seq_no`` its own write got, sent with ``refresh=true`` so that a
+      seed some refresh made searchable meanwhile does not stay visible), and writes no more seeds.
+
+    Why that is enough. Take a seeded write acknowledged at time *a*, and the ``_meta`` read that
+    follows it at time *c > a*. If that read shows no clusters, the put-mapping of every cluster
+    run that has started is acknowledged after *c* (a put-mapping is acknowledged once every node
+    applied the new cluster state, so later reads on any node see it), and the run's refresh
+    comes after that: its refresh starts after the write was acknowledged, so its point in time
+    holds the seeded document, which it clusters like any other, and writes where the seed is not
+    its value. If the read shows clusters, a run may have opened its point in time before the
+    write, so the seed is withdrawn: the document counts as new (no value), as without seeds.
+    Withdrawing is always safe (at worst a document a run did see waits for the next
+    ``--incremental``), so it is done for every item of the request that may hold the seed. A
+    request whose attempt timed out on the client is sent again (:meth:`indexer.retry.Retrier.call`)
+    although the first attempt may have been applied: a conditional update (``neardup index``)
+    applied by then answers **409** (its ``if_seq_no`` is outdated), not ``noop``, and an item may
+    also fail after an earlier attempt applied it. So the check after the acknowledgement covers
+    every item sent with a seed that did not end in a success too (``uncertain`` of
+    :meth:`Seeder.confirm`; in the writer, every item ever sent with a seed, also when a later
+    resend carried none): if clusters are recorded, each is read again (real time) and withdrawn
+    at the ``_seq_no`` read if it still holds exactly the seed. ``noop`` answers are covered as
+    successes (their value may come from an attempt that timed out and was retried).
+    If the conditional withdrawal conflicts, the document is read again (real time): if it still
+    holds exactly the seed, it is withdrawn at the new ``_seq_no``; if it holds another value, a
+    cluster run wrote it (so it saw the document) or another writer replaced it (and runs the same
+    protocol), and it is left alone. A document whose seed cannot be withdrawn is a failure of the
+    job, named in its summary (a full ``neardup cluster`` run fixes it).
+
+    **Backstop in the cluster run.** The check runs in the writer: a worker killed between a
+    request's acknowledgement and its check (or whose check fails, the node unreachable) leaves
+    its seeds. So every full cluster run, before it marks ``ready``, finds the documents changed
+    after what it read (per shard, ``_seq_no`` above a checkpoint taken before its refresh) and
+    withdraws the cluster values it cannot vouch for (:mod:`indexer.cluster.backstop`). Not
+    covered: a seeded request the node applies only after that search.
+
+    The check before a request is the answer of the previous check (one ``GET _mapping`` per
+    seeded request, filtered to ``_meta.neardup_clusters.state``): correctness rests on the check
+    after the acknowledgement only. A caller not allowed to read the mapping writes no seeds.
+    """
 
     client: Elasticsearch
     retrier: Retrier

@@ -1,14 +1,23 @@
-"""``neardup proxy``: start the collapsing proxy."""
+"""``neardup proxy``: serve Elasticsearch through the collapsing proxy (:func:`neardup.proxy.server.serve`)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
-from neardup.config import Config, ConfigError, UpstreamConfig
+from neardup.cli.options import Subparsers, with_options
+from neardup.config import Config, ConfigError
+from neardup.proxy.server import ListenError, serve
+from neardup.tfidf_config import tfidf_version_of
+
+#: The options that set a key of the configuration, by argparse ``dest``: (section, key).
+PROXY_KEYS: dict[str, tuple[str, str]] = {
+    "host": ("proxy", "host"), "port": ("proxy", "port"), "workers": ("proxy", "workers"),
+    "playground": ("proxy", "playground"), "upstream": ("upstream", "urls"),
+}
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``neardup proxy`` to the ``neardup`` parser."""
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "proxy", help="serve Elasticsearch through the near-duplicate collapsing proxy",
         description="A transparent Elasticsearch proxy that folds near-duplicate hits of "
@@ -24,32 +33,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def with_overrides(config: Config, args: argparse.Namespace) -> Config:
-    """The configuration with the command-line options applied (validated like the file)."""
-    proxy = {key: getattr(args, key) for key in ("host", "port", "workers", "playground")
-             if getattr(args, key, None) is not None}
-    update: dict[str, object] = {}
-    try:
-        if proxy:
-            update["proxy"] = type(config.proxy).model_validate({**config.proxy.model_dump(), **proxy})
-        if args.upstream:
-            update["upstream"] = UpstreamConfig.model_validate(
-                {**config.upstream.model_dump(), "urls": args.upstream})
-    except ValueError as exc:
-        raise ConfigError(f"invalid option: {exc}") from None
-    return config.model_copy(update=update)
+    """The configuration with the command-line options applied, validated like the file
+    (:class:`ConfigError`: ``proxy.port = 99999: … (given as --port)``)."""
+    return with_options(config, args, PROXY_KEYS)
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
-    import sys
-
-    from neardup.proxy.server import ListenError, serve
-    from neardup.tfidf import tfidf_version_of
-
     try:
         config = with_overrides(config, args)
         tfidf_version_of(config)  # a bad synonym list stops here, not in each worker
     except ConfigError as exc:
-        print(f"neardup proxy: {exc}", file=sys.stderr)
+        print(f"neardup: {exc}", file=sys.stderr)
         return 2
     try:
         return serve(config)

@@ -23,7 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from neardup.fingerprint.clustering import PairSample
 from neardup.fingerprint.texts import as_text, field_value
+from neardup.indexer.cluster.job import Job
 
 #: Size classes of the distribution: (label, smallest, largest).
 SIZE_CLASSES = [("1", 1, 1), ("2", 2, 2), ("3", 3, 3), ("4–5", 4, 5), ("6–10", 6, 10), ("11–20", 11, 20),
@@ -32,6 +34,22 @@ LARGEST = 20
 MEMBERS_SHOWN = 8
 PAIRS_SHOWN = 25
 SNIPPET = 320
+
+
+@dataclass
+class ReportInput:
+    """What a strategy hands the report besides titles: every document's cluster id and the
+    pairs compared near the threshold."""
+
+    ids: list[str]                   # cluster id per document key below
+    keys: list[str]
+    near_linked: list[tuple[str, str, float]]
+    near_rejected: list[tuple[str, str, float]]
+    singletons_outside: int = 0      # documents not listed in ``keys`` (aggregate: no candidate)
+
+
+def pair_keys(sample: PairSample, keys: Sequence[str]) -> list[tuple[str, str, float]]:
+    return [(keys[i], keys[j], float(s)) for i, j, s in zip(sample.i.tolist(), sample.j.tolist(), sample.sim.tolist())]
 
 
 @dataclass(frozen=True)
@@ -186,8 +204,8 @@ def snippet(source: Mapping[str, Any], fields: Sequence[str]) -> tuple[str, str]
     return title[:300], rest[:SNIPPET] + ("…" if len(rest) > SNIPPET else "")
 
 
-def build_report_data(job: Any, report: Any, sources: Mapping[str, Mapping[str, Any]]) -> ReportData:
-    """From a finished job and its :class:`~indexer.cluster.ReportInput`; ``sources`` maps
+def build_report_data(job: Job, report: ReportInput, sources: Mapping[str, Mapping[str, Any]]) -> ReportData:
+    """From a finished job and its :class:`ReportInput`; ``sources`` maps
     keys to the ``_source`` (title fields) of the documents shown."""
     result = job.result
     fields = job.options.title_fields
@@ -223,7 +241,7 @@ def build_report_data(job: Any, report: Any, sources: Mapping[str, Mapping[str, 
                  else "estimated resemblance"))
 
 
-def needed_keys(report: Any, threshold: float) -> list[str]:
+def needed_keys(report: ReportInput, threshold: float) -> list[str]:
     """Keys of the documents the report shows: the first members of the largest clusters and
     both documents of the pairs shown."""
     members = group_members(report.keys, report.ids)
@@ -235,7 +253,7 @@ def needed_keys(report: Any, threshold: float) -> list[str]:
     return sorted(keys)
 
 
-def write_report(job: Any, report: Any, path: str) -> None:
+def write_report(job: Job, report: ReportInput, path: str) -> None:
     """Fetch the titles of the documents shown, render, write ``path`` atomically."""
     sources: dict[str, Mapping[str, Any]] = {}
     keys = needed_keys(report, job.params.threshold)

@@ -1,40 +1,20 @@
-"""TF-IDF vectors written by the indexer, and the corpus statistics kept in a companion index.
+"""The corpus statistics of TF-IDF, kept per index in a companion *statistics index*.
 
-**What is stored.** Each fingerprinted document gets ``neardup.tf`` = its top-k TF-IDF vector
-(:class:`fingerprint.tfidf.TfidfVector`, version ``t1-…`` separate from the fingerprint's ``v``),
-weighted with the statistics of its index *at the time it is enriched*, this batch included.
-``bench/RESULTS.md`` ("IDF drift") measured the alternative: storing raw term frequencies and
-applying the current idf at search time would make the proxy fetch the document frequency of
-every term of every hit (millions of terms for a large index) to correct a cosine drift of 0.005 on
-average once an index holds a few thousand documents. So vectors are weighted once, here, and
-the proxy compares them as they are; ``neardup index --force`` re-weights with the current
-statistics (without counting documents again).
-
-**The statistics index** of a concrete index ``I`` is ``tfidf.stats_index`` with ``{index}`` = I
+The statistics index of a concrete index ``I`` is ``tfidf.stats_index`` with ``{index}`` = I
 (default ``neardup-tfidf-I``; hidden, so ``*`` patterns do not search it). Per TF-IDF version it
 holds ``P = tfidf.stats_parts`` *part* documents (``<version>:part-<p>``: the document frequencies
 of the terms whose top log2(P) hash bits are p, as base64 arrays) and one *count* document
-(``<version>:count``: N, the number of documents counted). A new version (other synonyms, top_k,
-token parameters) starts from zero beside the old one.
+(``<version>:count``: N, the number of documents counted), from which idf(t) = log(N / df(t))
+(:mod:`fingerprint.tfidf`). A new version (other synonyms, top_k, token parameters) starts from
+zero beside the old one.
 
 **Incremental and concurrent.** A batch adds its documents' distinct terms: read the affected
 part documents and the count (real-time ``mget``), add, and write each back conditionally on the
 ``_seq_no`` / ``_primary_term`` read (``create`` for a part not there yet). A write that lost a
 race (409) is re-read and re-applied; so two workers (or hosts) adding at once never lose an
-increment, without scripts or ``_update_by_query`` (which the integration-test Elasticsearch
-lacks). Every writer has a random id and numbers its batches; a document records the last batch
-of each of its recent writers (``applied``), so a batch whose write succeeded but whose answer
-was lost (a retried request) is not added twice.
-
-**Counting each document once.** A document is counted when a vector of the current TF-IDF
-version is first made for it: ``neardup index`` counts the documents it reads that do not carry
-``neardup.tf.v`` = the current version (``--force`` re-weights, it does not re-count);
-``neardup load`` counts the lines that do not carry it and whose ``_id`` is not yet in the index
-with it. Limits, by design: a document whose text changes after it was counted keeps contributing
-its old terms (the stored vector holds only its top-k terms, so the old term set is not known);
-deleted documents are not subtracted; a job killed between counting a page and writing its
-vectors counts that page again when resumed (at most one page per worker). All of these shift idf
-slightly; none affects the document's own vector beyond that (see "IDF drift").
+increment, without scripts or ``_update_by_query``. Every writer has a random id and numbers its
+batches; a document records the last batch of each of its recent writers (``applied``), so a
+batch whose write succeeded but whose answer was lost (a retried request) is not added twice.
 """
 
 from __future__ import annotations
@@ -42,16 +22,14 @@ from __future__ import annotations
 import base64
 import logging
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from elasticsearch import ApiError, Elasticsearch
 
-from neardup.fingerprint import FIELD
-from neardup.fingerprint.texts import document_texts
-from neardup.fingerprint.tfidf import TF_FIELD, CorpusStats, TermCounts, TfidfWeigher, tf_mapping
+from neardup.fingerprint.tfidf import CorpusStats
 from neardup.indexer.errors import JobError, error_type_and_reason
 from neardup.indexer.retry import TRANSIENT_STATUSES, Retrier
 
@@ -65,13 +43,6 @@ MAX_ROUNDS = 200
 STATS_MAPPING = {"dynamic": False, "properties": {
     "version": {"type": "keyword"}, "kind": {"type": "keyword"}, "part": {"type": "integer"},
     "doc_count": {"type": "long"}}}
-
-
-def tf_properties() -> dict[str, dict[str, Any]]:
-    """``neardup`` sub-field definitions of the vector, as dotted leaf names (``tf.v`` ...), the
-    form the mapping check compares with the field-mapping API's answer."""
-    inner = tf_mapping()[TF_FIELD]["properties"]
-    return {f"{TF_FIELD}.{name}": dict(definition) for name, definition in inner.items()}
 
 
 def stats_index_name(pattern: str, index: str) -> str:
@@ -296,122 +267,3 @@ class StatsStore:
         if transient:
             self.retrier.wait(min(rounds, self.max_retries))
         return again
-
-
-# --- the page-by-page enrichment ---------------------------------------------------------------
-
-def text_key(texts: Sequence[str]) -> str:
-    return "\n".join(texts)
-
-
-@dataclass
-class TfidfEnricher:
-    """Vectors for the documents of one worker, with statistics kept in ``StatsStore``s (one per
-    concrete index). Per page: :meth:`count` the documents met for the first time, then
-    :meth:`vector` of each document's texts under the statistics after that."""
-
-    weigher: TfidfWeigher
-    stores: dict[str, StatsStore]
-    make_store: Any  # (concrete index) -> StatsStore
-    _counts: dict[str, TermCounts] = field(default_factory=dict)
-    _stats: dict[str, CorpusStats] = field(default_factory=dict)
-    #: text key → concrete index of the page's documents; the last index met otherwise
-    _index_of: dict[str, str] = field(default_factory=dict)
-    _last_index: str = ""
-
-    @property
-    def version(self) -> str:
-        return self.weigher.version
-
-    def store(self, index: str) -> StatsStore:
-        if index not in self.stores:
-            self.stores[index] = self.make_store(index)
-        return self.stores[index]
-
-    def counts(self, texts: Sequence[str]) -> TermCounts:
-        key = text_key(texts)
-        counts = self._counts.get(key)
-        if counts is None:
-            counts = self._counts[key] = self.weigher.counts(key)
-        return counts
-
-    def is_current(self, neardup: Any) -> bool:
-        """Whether a stored ``neardup`` object already holds a vector of this version (its
-        document was counted)."""
-        tf = neardup.get(TF_FIELD) if isinstance(neardup, Mapping) else None
-        return isinstance(tf, Mapping) and tf.get("v") == self.version
-
-    def count(self, documents: Iterable[tuple[str, Sequence[str] | None, bool]]) -> int:
-        """Start a page: ``documents`` are (concrete index, texts or None without text, counted
-        already). Counts the new ones in their index's statistics; returns how many."""
-        self._counts.clear()
-        self._index_of.clear()
-        new: dict[str, list[np.ndarray]] = {}
-        indices = set()
-        for index, texts, counted in documents:
-            indices.add(index)
-            self._last_index = index
-            if texts is None:
-                continue
-            counts = self.counts(texts)
-            self._index_of[text_key(texts)] = index
-            if not counted:
-                new.setdefault(index, []).append(counts.terms)
-        for index in indices:
-            store = self.store(index)
-            self._stats[index] = store.add(new.get(index, []))  # reads the stored statistics once
-        return sum(len(v) for v in new.values())
-
-    def vector_of(self, texts: Sequence[str]) -> dict[str, Any]:
-        """:meth:`vector` for a document of the page, by its texts (a document re-read with other
-        texts after a conflicting write: under the statistics of the page's last index)."""
-        return self.vector(self._index_of.get(text_key(texts), self._last_index), texts)
-
-    def vector(self, index: str, texts: Sequence[str]) -> dict[str, Any]:
-        """The ``neardup.tf`` value of a document of ``index`` (statistics of the last :meth:`count`
-        that met the index; read now if none did). A page without new documents is weighed with
-        the statistics as this writer last read or wrote them (exact when nothing else is adding,
-        as in a ``--force`` run; otherwise behind by what other writers added since)."""
-        stats = self._stats.get(index)
-        if stats is None:
-            stats = self._stats[index] = self.store(index).read()
-        return self.weigher.vector(self.counts(texts), stats).to_source()
-
-
-def make_enricher(config: Any, client: Elasticsearch, retrier: Retrier, fingerprinter: Any = None) -> TfidfEnricher:
-    """The enricher of a configuration (``config.tfidf.enabled`` is the caller's to check)."""
-    from neardup.config import ConfigError
-    from neardup.tfidf import weigher_from_config
-
-    try:
-        weigher = weigher_from_config(config, fingerprinter)
-    except ConfigError as exc:
-        raise JobError(str(exc)) from None
-
-    def make_store(index: str) -> StatsStore:
-        return StatsStore(client, retrier, stats_index_name(config.tfidf.stats_index, index), weigher.version,
-                          config.tfidf.stats_parts, config.indexer.max_retries)
-
-    return TfidfEnricher(weigher, {}, make_store)
-
-
-def vectors_of_lines(tfidf: TfidfEnricher, index: str, lines: Sequence[Any], fields: Sequence[str],
-                     counted_elsewhere: Sequence[bool] | None = None) -> list[dict[str, Any]]:
-    """``{"tf": vector}`` (or ``{}`` without text) for each parsed JSON line
-    (:class:`indexer.enrich.EnrichedLine`) of a chunk bound for ``index``, having counted the lines
-    that carry no vector of the current version (and are not ``counted_elsewhere``)."""
-    texts = [source_texts(line.doc, fields) if line.fingerprint is not None and line.doc is not None else None
-             for line in lines]
-    elsewhere = counted_elsewhere if counted_elsewhere is not None else [False] * len(lines)
-    tfidf.count((index, t, tfidf.is_current(neardup_of(line.doc)) or known)
-                for line, t, known in zip(lines, texts, elsewhere))
-    return [{TF_FIELD: tfidf.vector(index, t)} if t is not None else {} for t in texts]
-
-
-def source_texts(source: Mapping[str, Any], fields: Sequence[str]) -> tuple[str, ...] | None:
-    texts = document_texts(source, fields)
-    return texts.texts if texts.outcome == "ok" else None
-
-
-def neardup_of(source: Any) -> Any:
-    return source.get(FIELD) if isinstance(source, Mapping) else None

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from neardup.config import Config, ConfigError
 from neardup.fingerprint import Fingerprinter
-from neardup.fingerprint.tfidf import TfidfParams, TfidfWeigher
+from neardup.fingerprint.tfidf import SynonymFormatError, TfidfParams, TfidfWeigher
 
 
 def tfidf_params_of(config: Config) -> TfidfParams:
@@ -24,8 +24,6 @@ def weigher_from_config(config: Config, fingerprinter: Fingerprinter | None = No
 
     :class:`ConfigError` naming ``tfidf.synonyms`` when the synonym list cannot be read or parsed.
     """
-    from neardup.fingerprint.tfidf import SynonymFormatError
-
     fingerprinter = fingerprinter or Fingerprinter(config.fingerprint)
     params = tfidf_params_of(config)
     path = config.tfidf.synonyms
