@@ -2,7 +2,7 @@
 """Throughput, latency and CPU of the collapsing proxy against direct Elasticsearch.
 
     .venv/bin/python bench/proxy.py --es http://127.0.0.1:9200 [--index NAME] [--requests N]
-                                    [--workers N] [--pin] [--results bench/RESULTS.md]
+                                    [--workers N] [--pin] [--results docs/benchmarks.md]
 
 1. **Corpus.** Reuters-21578 loaded into a fresh index and enriched by ``neardup index``
    (or an existing enriched index given with ``--index``).
@@ -14,8 +14,7 @@
    ratios.
    Three reference proxies on neardup's own stack are driven the same way in the same chunks
    (:data:`REFERENCES`): the *floor*, which does nothing (what the proxy's hop costs on this
-   machine before it does any work; until session 4 it used aiohttp's client, as the proxy did
-   then); *spares*, the floor asking for the proxy's spare hits (what over-fetching costs
+   machine before it does any work); *spares*, the floor asking for the proxy's spare hits (what over-fetching costs
    Elasticsearch); and the *bare* collapse, which does only what any collapsing proxy must
    (what reading and rewriting the window costs before any of the product's rules).
    With ``--pin`` Elasticsearch and the load generator run on CPU 0 and the proxies on CPU 1:
@@ -448,7 +447,7 @@ def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str,
               f"pairs found {grouping['pairs_found']} of "
               f"{grouping['pairs_all_pairs']} an all-pairs comparison of the same signatures finds "
               f"(recall {grouping['recall']:.4f}).", "",
-              "Targets (issue 5): +≤2 ms p50 at size 10 and +≤5 ms at size 100 with 1 client; ≥70% of "
+              "Targets: +≤2 ms p50 at size 10 and +≤5 ms at size 100 with 1 client; ≥70% of "
               "direct throughput with 32 clients; grouping 1,000 hits ≤ 5 ms CPU with ≥ 99% recall. "
               "The floor, spares and bare columns are what a proxy that does nothing, one that only "
               "asks for the spare hits, and one that does only the unavoidable part of collapsing "
@@ -514,7 +513,7 @@ def room_at_70(rows: list[dict[str, Any]], cores: int) -> list[str]:
 
 def write_section(path: Path, text: str) -> None:
     """Replace (or append) the section ``text`` starts with (its first line, ``## Proxy`` or the
-    pinned one) in RESULTS.md, leaving the others alone."""
+    pinned one) in the benchmark docs, leaving the others alone."""
     current = path.read_text() if path.exists() else "# Benchmark results\n"
     heading = text.split("\n", 1)[0]
     pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
@@ -532,7 +531,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=400, help="searches per setting and target")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workers", type=int, default=1, help="proxy worker processes (proxy.workers)")
-    parser.add_argument("--results", type=Path, help="write the section into this RESULTS.md")
+    parser.add_argument("--results", type=Path, help="replace the section in this file (docs/benchmarks.md)")
     parser.add_argument("--pin", action="store_true",
                         help="Elasticsearch and the load generator on CPU 0, the proxies on CPU 1 "
                              "(the proxy on a core of its own; needs 2 CPUs and the right to pin the node)")
