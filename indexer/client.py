@@ -1,6 +1,6 @@
 """The synchronous Elasticsearch client the indexer uses, built from ``[upstream]``.
 
-The client's own retries are switched off: :class:`~indexer.retry.Retrier` decides what is
+The client's own retries are switched off: :class:`~neardup.indexer.retry.Retrier` decides what is
 retried and how long to wait, so an outage has one policy and one message.
 """
 

@@ -1,9 +1,9 @@
 """Pairs of documents of an index where one holds a fragment of the other (``neardup copies``).
 
-The documents are read with a point in time (:class:`~indexer.reader.SliceReader`, text fields
-only, chosen as the indexer chooses them: :func:`~fingerprint.texts.document_texts`), their texts
+The documents are read with a point in time (:class:`~neardup.indexer.reader.SliceReader`, text fields
+only, chosen as the indexer chooses them: :func:`~neardup.fingerprint.texts.document_texts`), their texts
 joined by newlines and cut into canonical shingles (``[fingerprint]`` settings). Then, in
-memory (:mod:`fingerprint.copies`): shingles found in more than ``max_df`` documents are left
+memory (:mod:`neardup.fingerprint.copies`): shingles found in more than ``max_df`` documents are left
 out, the rest go into a pseudo-matrix Bloom filter, every document is queried against it as a
 source, and each candidate is verified by exact containment on the same shingle sets. A pair
 (copier, source) is reported when the copier holds at least ``min_share`` of the source's
@@ -142,7 +142,7 @@ def no_text_message(options: CopiesOptions, docs: ShingledDocuments) -> str:
 
 
 def screen(docs: ShingledDocuments, options: CopiesOptions, read_seconds: float) -> CopiesResult:
-    """Steps 1–4 of :mod:`fingerprint.copies` over the documents read, each timed."""
+    """Steps 1–4 of :mod:`neardup.fingerprint.copies` over the documents read, each timed."""
     seconds = {"read": read_seconds - docs.shingle_seconds, "shingle": docs.shingle_seconds}
     start = time.perf_counter()
     sets, left_out = content_sets(docs.sets, options.max_df, assume_unique=True)

@@ -2,10 +2,10 @@
 primary term it was read or written at.
 
 The base of what the indexer and the cluster job write conditionally and read again:
-:class:`indexer.writer.Pending` (an update waiting to be sent), :class:`indexer.cluster.seeds.SeededWrite`
-(a seed acknowledged) and :class:`indexer.cluster.backstop.Changed` (a cluster value changed
+:class:`neardup.indexer.writer.Pending` (an update waiting to be sent), :class:`neardup.indexer.cluster.seeds.SeededWrite`
+(a seed acknowledged) and :class:`neardup.indexer.cluster.backstop.Changed` (a cluster value changed
 during a run). A plain (not frozen, slot-less) dataclass base, so that the subclasses keep their
-fields, their positional order and their cost: the writer creates one :class:`Pending` per
+fields, their positional order and their cost: the writer creates one :class:`~neardup.indexer.writer.Pending` per
 document.
 """
 

@@ -1,7 +1,7 @@
 """``neardup duplicates``: the near-duplicates of one document of an index.
 
 The document's stored fingerprint gives its supershingles and megashingles; a ``terms``-style
-candidate query finds the documents sharing any of them (see :mod:`indexer.matching`), and each
+candidate query finds the documents sharing any of them (see :mod:`neardup.indexer.matching`), and each
 candidate is verified by signature at the threshold and mode. A document without a
 fingerprint of the current scheme cannot be compared: the command says to run ``neardup index``.
 """

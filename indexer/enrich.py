@@ -9,7 +9,7 @@ For programs that index with the official client::
     doc = add_fingerprint({"title": "...", "body": "..."}, ["title", "body"], fp)
     helpers.bulk(es, ({"_index": "news", "_source": d} for d in enrich_documents(docs, ["title", "body"], fp)))
 
-A document whose fields hold no text (see :mod:`fingerprint.texts`) is returned unchanged.
+A document whose fields hold no text (see :mod:`neardup.fingerprint.texts`) is returned unchanged.
 Otherwise the five fingerprint keys are written into its ``neardup`` object; other keys
 of an existing ``neardup`` object are kept (the same merge a partial update does), except the
 values ``neardup cluster`` derived from the old fingerprint (``cluster``, ``bands``): when the
@@ -19,7 +19,7 @@ an outdated cluster id; ``neardup cluster --incremental`` places it again.
 These functions and ``neardup enrich`` write no cluster *seeds* (the values a singleton gets
 from ``neardup cluster``): they do not know the index the documents are bound for, nor whether
 it was ever clustered, nor always the ``_id``. ``neardup index`` and ``neardup load`` do, and
-seed while the index has never been clustered (:mod:`indexer.cluster.seeds`; ``load`` drops
+seed while the index has never been clustered (:mod:`neardup.indexer.cluster.seeds`; ``load`` drops
 the ``cluster``/``bands`` a line brings in its own ``neardup`` object, always, and passes the
 seed, if any, as ``extra`` to :meth:`EnrichedLine.render`).
 

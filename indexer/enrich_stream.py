@@ -4,7 +4,7 @@ Exactly one output line per input line, in order, so a pipeline can match output
 input line N:
 
 * a document with text: the same line with ``neardup`` added (spliced in, so every other
-  byte is unchanged; see :mod:`indexer.enrich`);
+  byte is unchanged; see :mod:`neardup.indexer.enrich`);
 * a document without text (no field, non-string, blank): unchanged, and counted;
 * a bad line (not UTF-8, not JSON, not an object): unchanged, and reported on stderr with
   its line number; the exit status is then 1.

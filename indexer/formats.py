@@ -1,7 +1,7 @@
-"""The input formats of ``neardup load``: every document becomes one :class:`~indexer.jsonlines.Line`.
+"""The input formats of ``neardup load``: every document becomes one :class:`~neardup.indexer.jsonlines.Line`.
 
 * ``jsonl`` (``.jsonl``, ``.ndjson``, and any other name): one JSON object a line, read by
-  :func:`~indexer.jsonlines.read_lines`, so a loaded ``_source`` keeps every byte of its line;
+  :func:`~neardup.indexer.jsonlines.read_lines`, so a loaded ``_source`` keeps every byte of its line;
 * ``json`` (``.json``): one JSON array of objects;
 * ``csv`` (``.csv``): a header row naming the fields, then one document a row (every value a
   string; empty cells are left out);
@@ -11,7 +11,7 @@
 
 The documents of the last three are written as compact JSON; their line number is their
 position in the file (1-based). A file that is not what its format says stops the load with
-one message (:class:`~indexer.errors.UsageError`).
+one message (:class:`~neardup.indexer.errors.UsageError`).
 """
 
 from __future__ import annotations

@@ -4,11 +4,11 @@ Parent process: checks the upstream, reads and checks the mapping (``neardup`` s
 the text fields, the ``--since`` field) and only then puts the missing ``neardup``
 sub-fields; starts one worker process per slice, shows progress, prints the summary.
 
-Worker process (one per Elasticsearch slice, see :mod:`indexer.query`): its own client, its
+Worker process (one per Elasticsearch slice, see :mod:`neardup.indexer.query`): its own client, its
 own :class:`~fingerprint.Fingerprinter`, its own point in time. It counts its slice (for
 the ETA) and the documents left out as already current, then reads pages with
 ``search_after``, fingerprints them and writes them back with conditional partial updates
-(:mod:`indexer.writer`). It reports counters to the parent after every page, stops after
+(:mod:`neardup.indexer.writer`). It reports counters to the parent after every page, stops after
 the page in hand when asked to (Ctrl-C, another worker failed) and stops at once when the
 parent is gone (the job was killed: nothing is left running).
 
@@ -18,7 +18,7 @@ the selection leaves out documents that already carry the current scheme version
 Cluster seeds: while the index has never been clustered, each fingerprint is written together
 with the values ``neardup cluster`` gives a singleton; the parent decides whether seeds are
 possible (:func:`seed_plan`), every worker checks after each acknowledged bulk request
-(:mod:`indexer.cluster.seeds`). Once the index has clusters, a changed fingerprint clears the
+(:mod:`neardup.indexer.cluster.seeds`). Once the index has clusters, a changed fingerprint clears the
 cluster values instead.
 """
 
@@ -188,7 +188,7 @@ def _die_with_parent() -> None:
 def fingerprint_function(fields: Sequence[str], fingerprinter: Fingerprinter,
                          tfidf: TfidfEnricher | None = None):
     """``source -> (outcome, neardup value or None)``; with ``tfidf``, the value also holds the
-    TF-IDF vector ``tf`` (weighted with the statistics of the page, see :mod:`indexer.tfidf_vectors`)."""
+    TF-IDF vector ``tf`` (weighted with the statistics of the page, see :mod:`neardup.indexer.tfidf_vectors`)."""
     def fingerprint_source(source: Mapping[str, Any]):
         outcome, fingerprint = compute_fingerprint(source, fields, fingerprinter)
         if fingerprint is None:

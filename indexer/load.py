@@ -1,6 +1,6 @@
 """``neardup load``: bulk-load documents with fingerprints added, in one pass.
 
-Documents come as lines (:mod:`indexer.formats`: JSON lines as they are, or JSON, CSV and
+Documents come as lines (:mod:`neardup.indexer.formats`: JSON lines as they are, or JSON, CSV and
 Reuters-21578 turned into lines) and are read in chunks of ``batch_size``; each chunk is fingerprinted, checked for
 duplicates (if asked) and sent as one ``_bulk`` request of ``index`` actions whose source is
 the input line with ``neardup`` spliced in (so the stored ``_source`` keeps every other byte
@@ -27,7 +27,7 @@ duplicate. Verification is by signature at the threshold and mode given (default
 
 Cluster seeds (``seed_threshold`` set): while the index has never been clustered and is one
 concrete index, a document with a known ``_id`` is loaded with the values ``neardup cluster``
-gives a singleton, checked after each acknowledged bulk request (:mod:`indexer.cluster.seeds`).
+gives a singleton, checked after each acknowledged bulk request (:mod:`neardup.indexer.cluster.seeds`).
 Once the index has clusters, documents are loaded without cluster values and wait for the next
 ``neardup cluster``. The ``neardup.cluster``/``neardup.bands`` a line brings in its own
 ``neardup`` object name clusters of another index: they are always dropped.
@@ -198,7 +198,7 @@ class Loader:
         return self.run_lines(read_lines(stream))
 
     def run_lines(self, lines: Iterable[Line]) -> LoadResult:
-        """Load the documents of ``lines`` (:mod:`indexer.formats`)."""
+        """Load the documents of ``lines`` (:mod:`neardup.indexer.formats`)."""
         self.result.created_index, seeds = prepare_index(self.client, self.retrier, self.options,
                                                          tf_properties() if self.tfidf is not None else None,
                                                          self.fingerprinter.params)

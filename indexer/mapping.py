@@ -42,7 +42,7 @@ TEXT_TYPES = frozenset({"text", "keyword", "match_only_text", "wildcard", "const
 
 
 def wanted_properties(with_duplicate_of: bool = False) -> dict[str, dict[str, Any]]:
-    """Sub-field definitions of ``neardup`` from :func:`fingerprint.es_mapping` (plus ``duplicate_of``)."""
+    """Sub-field definitions of ``neardup`` from :func:`neardup.fingerprint.es_mapping` (plus ``duplicate_of``)."""
     properties = {name: dict(definition)
                   for name, definition in es_mapping()["properties"][FIELD]["properties"].items()}
     if with_duplicate_of:

@@ -7,7 +7,7 @@ real answer and is raised at once.
 The wait before retry ``k`` (0-based) is drawn uniformly from ``[d/2, d]`` with
 ``d = min(cap, base · 2^k)``: exponential growth, with jitter so that several workers hit
 by the same outage do not retry in lockstep. After ``max_retries`` retries the call raises
-:class:`~indexer.errors.Unreachable` whose message says how to resume.
+:class:`~neardup.indexer.errors.Unreachable` whose message says how to resume.
 """
 
 from __future__ import annotations

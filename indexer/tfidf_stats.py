@@ -5,7 +5,7 @@ The statistics index of a concrete index ``I`` is ``tfidf.stats_index`` with ``{
 holds ``P = tfidf.stats_parts`` *part* documents (``<version>:part-<p>``: the document frequencies
 of the terms whose top log2(P) hash bits are p, as base64 arrays) and one *count* document
 (``<version>:count``: N, the number of documents counted), from which idf(t) = log(N / df(t))
-(:mod:`fingerprint.tfidf`). A new version (other synonyms, top_k, token parameters) starts from
+(:mod:`neardup.fingerprint.tfidf`). A new version (other synonyms, top_k, token parameters) starts from
 zero beside the old one.
 
 **Incremental and concurrent.** A batch adds its documents' distinct terms: read the affected

@@ -3,7 +3,7 @@
 Each fingerprinted document gets its top-k TF-IDF vector (:class:`fingerprint.tfidf.TfidfVector`,
 version ``t1-…`` separate from the fingerprint's ``v``; weight ``tf · log(N / df)``, kept to the
 k largest, compared by cosine), weighted with the statistics of its index
-(:mod:`indexer.tfidf_stats`) *at the time it is enriched*, this batch included. Vectors are
+(:mod:`neardup.indexer.tfidf_stats`) *at the time it is enriched*, this batch included. Vectors are
 weighted once, here, and the proxy compares them as they are; ``neardup index --force``
 re-weights with the current statistics (without counting documents again).
 
@@ -140,7 +140,7 @@ def make_enricher(config: Config, client: Elasticsearch, retrier: Retrier,
 def vectors_of_lines(tfidf: TfidfEnricher, index: str, lines: Sequence[Any], fields: Sequence[str],
                      counted_elsewhere: Sequence[bool] | None = None) -> list[dict[str, Any]]:
     """``{"tf": vector}`` (or ``{}`` without text) for each parsed JSON line
-    (:class:`indexer.enrich.EnrichedLine`) of a chunk bound for ``index``, having counted the lines
+    (:class:`neardup.indexer.enrich.EnrichedLine`) of a chunk bound for ``index``, having counted the lines
     that carry no vector of the current version (and are not ``counted_elsewhere``)."""
     texts = [source_texts(line.doc, fields) if line.fingerprint is not None and line.doc is not None else None
              for line in lines]

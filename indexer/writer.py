@@ -5,15 +5,15 @@ followed by ``{"doc": {"neardup": {...}}}``. A partial update merges objects, so
 five fingerprint keys of ``neardup`` are (over)written; other keys of ``neardup`` and every
 other field stay as they are, except the cluster values: while the index has never been
 clustered, ``neardup.cluster`` and ``neardup.bands`` get the document's *seed* (the values a
-singleton gets from ``neardup cluster``, :mod:`indexer.cluster.seeds`) in the same update; once
-it has been, a changed fingerprint sets them to null (:func:`indexer.enrich.cleared_cluster_keys`).
+singleton gets from ``neardup cluster``, :mod:`neardup.indexer.cluster.seeds`) in the same update; once
+it has been, a changed fingerprint sets them to null (:func:`neardup.indexer.enrich.cleared_cluster_keys`).
 There is no ``upsert``/``doc_as_upsert``: a document deleted since it was read makes the update
 fail with ``document_missing_exception`` and stays deleted.
 
-Seeds (with a :class:`~indexer.cluster.seeds.Seeder`): each request carries them while the last
+Seeds (with a :class:`~neardup.indexer.cluster.seeds.Seeder`): each request carries them while the last
 check found no clusters in the index's ``_meta``; after the request is acknowledged the
 ``_meta`` is read again and, if clusters appeared, the seeds of that request are withdrawn
-(the protocol and why it is correct: :mod:`indexer.cluster.seeds`).
+(the protocol and why it is correct: :mod:`neardup.indexer.cluster.seeds`).
 
 Per item of the bulk answer:
 
@@ -29,7 +29,7 @@ If the whole bulk request is retried after a timeout although it was applied, it
 come back as conflicts, are re-read and end as ``noop``: still correct. An item sent with a
 seed that ends in a conflict or a failure may hold that seed (from the applied attempt): it is
 covered by the check after the acknowledgement like the seeds written
-(:meth:`~indexer.cluster.seeds.Seeder.confirm`).
+(:meth:`~neardup.indexer.cluster.seeds.Seeder.confirm`).
 """
 
 from __future__ import annotations

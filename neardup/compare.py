@@ -6,7 +6,7 @@ exactly on the sets and estimated from the fingerprints (the share of equal MinH
 the way the proxy sees them, which is how a user picks a collapse threshold. ``raw`` compares
 unhashed shingles of the case-folded tokens, with no other canonicalisation.
 
-:func:`cosine_matrices` gives TF-IDF cosine over lemmas instead (:mod:`fingerprint.tfidf`):
+:func:`cosine_matrices` gives TF-IDF cosine over lemmas instead (:mod:`neardup.fingerprint.tfidf`):
 exact, with the full vectors, and as stored, with the top-k quantised vectors the index keeps,
 under the statistics of the compared texts themselves.
 """

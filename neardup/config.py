@@ -189,7 +189,7 @@ class CopiesConfig(_Section):
 
 
 class TfidfConfig(_Section):
-    """TF-IDF cosine over lemmas (:mod:`fingerprint.tfidf`): per-document vectors written by the
+    """TF-IDF cosine over lemmas (:mod:`neardup.fingerprint.tfidf`): per-document vectors written by the
     indexer, corpus statistics in a companion index, and the proxy's ``neardup_mode=tfidf``."""
 
     #: The indexer writes ``neardup.tf`` vectors and keeps the statistics index up to date.

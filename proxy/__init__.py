@@ -2,11 +2,11 @@
 
 Layers, each importing only itself and the ones below it:
 
-* :mod:`proxy.transport`: the upstream nodes, the HTTP/1.1 client, HTTP framing, JSON, error
+* :mod:`neardup.proxy.transport`: the upstream nodes, the HTTP/1.1 client, HTTP framing, JSON, error
   bodies, access rules;
-* :mod:`proxy.grouping`: pure grouping of hits (fingerprints, TF-IDF vectors, similarities);
-* :mod:`proxy.handlers`: request handling (controls, search planning, the collapsed-search
+* :mod:`neardup.proxy.grouping`: pure grouping of hits (fingerprints, TF-IDF vectors, similarities);
+* :mod:`neardup.proxy.handlers`: request handling (controls, search planning, the collapsed-search
   paths, forwarding, the ops endpoints, the playground);
-* :mod:`proxy.app` (the aiohttp application and its middleware), then :mod:`proxy.server`
-  (sockets and worker processes), then :mod:`proxy.cli`.
+* :mod:`neardup.proxy.app` (the aiohttp application and its middleware), then :mod:`neardup.proxy.server`
+  (sockets and worker processes), then :mod:`neardup.cli.proxy`.
 """

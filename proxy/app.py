@@ -1,9 +1,9 @@
 """The proxy's aiohttp application: the route table, the middleware, start-up and shutdown.
 
-* ``GET /_neardup/health`` and ``/_neardup/metrics``: :mod:`proxy.handlers.ops`, on the main
+* ``GET /_neardup/health`` and ``/_neardup/metrics``: :mod:`neardup.proxy.handlers.ops`, on the main
   address or on ``proxy.ops_address``;
-* ``GET /_neardup/``: the search playground page, when enabled (:mod:`proxy.handlers.playground`);
-* every other request: :func:`proxy.handlers.dispatch.proxy_request` (collapsed searches,
+* ``GET /_neardup/``: the search playground page, when enabled (:mod:`neardup.proxy.handlers.playground`);
+* every other request: :func:`neardup.proxy.handlers.dispatch.proxy_request` (collapsed searches,
   everything else forwarded unchanged).
 
 The middleware turns every failure into an Elasticsearch-style error body (never a traceback),

@@ -3,9 +3,9 @@
 Every document gets ``neardup.cluster``, the id of its cluster: the single-link clusters of the
 documents' fingerprints at a resemblance threshold t. Candidate pairs come from LSH bands of
 the MinHash signatures (``b`` bands of ``r`` rows find a pair of resemblance ``s`` with
-probability ``1 - (1 - s^r)^b``; :mod:`fingerprint.lsh`), and a pair is linked when its
+probability ``1 - (1 - s^r)^b``; :mod:`neardup.fingerprint.lsh`), and a pair is linked when its
 resemblance, exact from the texts or estimated from the signatures, is at least t. Ids stay
-stable across runs (:func:`fingerprint.clustering.assign_ids`: a cluster keeps its id while the
+stable across runs (:func:`neardup.fingerprint.clustering.assign_ids`: a cluster keeps its id while the
 member it is named after stays in it; when clusters merge, the larger one's id survives).
 Documents with a usable fingerprint also get ``neardup.bands``, their LSH keys, so later runs
 find candidates through Elasticsearch itself; documents without one are clusters of their own.

@@ -9,15 +9,15 @@ For indices whose fingerprints do not fit in one machine's memory. Four passes:
    documents are taken in batches (about :data:`FETCH_DOCS` members a batch); the members of a
    batch are fetched (``terms`` query on the keys, ``_source`` = ``neardup.*``), the pairs of
    each bucket are verified on their signatures exactly as the memory strategy does
-   (:func:`fingerprint.clustering.shared_buckets`, skipping pairs already joined), and the
+   (:func:`neardup.fingerprint.clustering.shared_buckets`, skipping pairs already joined), and the
    links are merged into a union-find forest over the documents that had a candidate.
-3. **Ids.** :func:`fingerprint.clustering.assign_ids` over those documents; every other document
+3. **Ids.** :func:`neardup.fingerprint.clustering.assign_ids` over those documents; every other document
    is a cluster of its own, whose id is its own key.
 4. **Clusters.** Every document is read again and ``neardup.cluster`` written where it differs.
 
 Memory: one page or one batch of fingerprints, plus, for each document that shares a key with
 another, its key, its previous cluster id and one forest link (the forest is compressed with
-:func:`fingerprint.group_labels` whenever the links outnumber the documents).
+:func:`neardup.fingerprint.group_labels` whenever the links outnumber the documents).
 
 Equal to the memory strategy: the candidate keys are the same (bands and extra supershingle
 keys), every pair of a bucket is compared unless already joined, and the ids follow the same

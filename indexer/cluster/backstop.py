@@ -1,7 +1,7 @@
 """The cluster run's backstop: before ``ready``, withdraw the cluster values it did not examine.
 
 A seed whose check never ran (its indexer worker died between the acknowledgement and the
-check, :mod:`indexer.cluster.seeds`), or a value the ``aggregate`` strategy's last pass wrote
+check, :mod:`neardup.indexer.cluster.seeds`), or a value the ``aggregate`` strategy's last pass wrote
 on a document added after the aggregation read the keys, would leave a document holding a
 value no run examined. So, just before ``ready``, the run searches, per shard, the documents
 whose ``_seq_no`` lies above a *cut* (the shard's checkpoint taken just before the refresh its
@@ -68,7 +68,7 @@ class Changed(DocVersion):
 
 
 class Run(Protocol):
-    """What the backstop needs of a cluster run (:class:`indexer.cluster.job.Job` is one)."""
+    """What the backstop needs of a cluster run (:class:`neardup.indexer.cluster.job.Job` is one)."""
 
     config: Config
     options: ClusterOptions
@@ -114,7 +114,7 @@ def withdraw_unexamined(job: Run, cut: Cut) -> int:
     ``_stats?level=shards`` request). Every operation at or below it was in Lucene on every copy
     before that refresh, so the run's reading saw it; an operation above it may or may not have
     been seen. Where that refresh is depends on the strategy
-    (:meth:`indexer.cluster.job.Job.cut_and_refresh`):
+    (:meth:`neardup.indexer.cluster.job.Job.cut_and_refresh`):
 
     * ``memory`` reads every document with a point in time opened after the run's first refresh,
       so the cut must come before that refresh. A cut taken after it would be unsound: an
@@ -139,7 +139,7 @@ def withdraw_unexamined(job: Run, cut: Cut) -> int:
     search for seed-shaped values cannot be expressed without scripts (``cluster == _id``), and a
     full second read of the index costs as much as the run's own reading.
 
-    **Which values stay** (:meth:`indexer.cluster.job.Job.vouches`):
+    **Which values stay** (:meth:`neardup.indexer.cluster.job.Job.vouches`):
 
     * ``memory``: the run holds, for every document it read, its fingerprint (``v``, ``sig``,
       ``n``) and the values it computed. A document whose fingerprint is the one the run read and
@@ -167,7 +167,7 @@ def withdraw_unexamined(job: Run, cut: Cut) -> int:
     reindexed, or ``_meta`` overwritten) but kept its cluster values: the proxy does not collapse
     natively on it (no ``ready``); ``neardup index``/``load`` write seeds again (for new or
     changed documents, which is correct: they are new to the next run); ``--incremental`` refuses
-    (no clusters recorded); the next full run is a *first* run (:meth:`indexer.cluster.job.Job.previous_ids`),
+    (no clusters recorded); the next full run is a *first* run (:meth:`neardup.indexer.cluster.job.Job.previous_ids`),
     so its ids are those of a first run (the smallest member key) rather than the previous ids,
     and it rewrites the members whose id changes. The values are correct after it; only the
     stability of the ids across that run is lost. Stored values cannot be told apart from seeds

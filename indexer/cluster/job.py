@@ -46,7 +46,7 @@ class Job:
     #: no index had clusters in its ``_meta`` when the run started: stored values are seeds
     first_run: bool = False
     #: full runs: per shard, the ``_seq_no`` up to which the run's reading saw every write
-    #: (:mod:`indexer.cluster.backstop`), taken just before the refresh the reading rests on
+    #: (:mod:`neardup.indexer.cluster.backstop`), taken just before the refresh the reading rests on
     cut: Cut | None = None
     #: memory strategy: what the run read and computed for every document
     computed: Computed | None = None
@@ -63,9 +63,9 @@ class Job:
         return self.config.fingerprint.num_perm
 
     def previous_ids(self, stored: Sequence[Stored]) -> list[str | None]:
-        """The previous cluster id of each document for :func:`assign_ids` in a full run. On an
+        """The previous cluster id of each document for :func:`~neardup.fingerprint.clustering.assign_ids` in a full run. On an
         index never clustered, what documents hold are seeds (their own key, see
-        :mod:`indexer.cluster.seeds`) or values copied from elsewhere: none is an id to keep, so
+        :mod:`neardup.indexer.cluster.seeds`) or values copied from elsewhere: none is an id to keep, so
         the ids are those of a first run, whether or not every document has a seed."""
         return [None] * len(stored) if self.first_run else [s.cluster for s in stored]
 
@@ -74,7 +74,7 @@ class Job:
 
     def vouches(self, doc: Changed, checkpoint: int) -> bool:
         """Whether the cluster values ``doc`` holds (changed after the shard's ``checkpoint``)
-        are the run's own, computed from its current fingerprint (:mod:`indexer.cluster.backstop`)."""
+        are the run's own, computed from its current fingerprint (:mod:`neardup.indexer.cluster.backstop`)."""
         if self.computed is not None:
             return self.computed.holds(self.key(doc.index, doc.id), doc.stored)
         if self.own_writes is not None:
@@ -96,7 +96,7 @@ class Job:
 
     def cut_and_refresh(self) -> None:
         """Record the shards' checkpoints, then refresh: the reading that follows rests on this
-        refresh, so it sees every write at or below the cut (:mod:`indexer.cluster.backstop`).
+        refresh, so it sees every write at or below the cut (:mod:`neardup.indexer.cluster.backstop`).
         The aggregate strategy's cut; it replaces the one ``auto`` took before its count."""
         started = time.perf_counter()
         self.cut = take_cut(self.client, self.retrier, self.options.index)

@@ -2,7 +2,7 @@
 
 Every document's ``v``, ``sig``, ``n`` and stored values are read (one point-in-time slice per
 worker thread), sorted by key, clustered by LSH rounds with verified links
-(:mod:`indexer.cluster.verification`), given stable ids (:func:`fingerprint.clustering.assign_ids`),
+(:mod:`neardup.indexer.cluster.verification`), given stable ids (:func:`neardup.fingerprint.clustering.assign_ids`),
 and only the values that differ are written. Memory: about K·8 + 300 bytes a document.
 """
 

@@ -61,7 +61,7 @@ def put_cluster_meta(client: Elasticsearch, retrier: Retrier, indices: Sequence[
 
     ``require_acknowledged``: :class:`JobError` if Elasticsearch does not acknowledge the request
     (not every node applied it within the timeout). The ``building`` state needs it: the seed
-    protocol (:mod:`indexer.cluster.seeds`) relies on ``building`` being visible on every node
+    protocol (:mod:`neardup.indexer.cluster.seeds`) relies on ``building`` being visible on every node
     before the run's refresh."""
     for index in indices:
         current = dict(root_mappings.get(index, {}).get("_meta") or {})

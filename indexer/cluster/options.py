@@ -1,6 +1,6 @@
 """What one ``neardup cluster`` run is asked to do, and the strategy it takes.
 
-:func:`cluster_params` turns the threshold into an LSH banding (:func:`fingerprint.lsh.choose_banding`:
+:func:`cluster_params` turns the threshold into an LSH banding (:func:`neardup.fingerprint.lsh.choose_banding`:
 ``b`` bands of ``r`` rows, so a pair of resemblance ``s`` becomes a candidate with probability
 ``1 - (1 - s^r)^b``). :func:`choose_strategy` picks ``memory`` while the fingerprints fit
 (K·8 bytes of signature plus :data:`BYTES_PER_DOC` a document), else ``aggregate``.

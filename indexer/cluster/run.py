@@ -1,7 +1,7 @@
 """Entry point of ``neardup cluster``: check, record ``building``, cluster, withdraw, record ``ready``.
 
-The order matters for the seed protocol (:mod:`indexer.cluster.seeds`) and the backstop
-(:mod:`indexer.cluster.backstop`): ``building`` is recorded (with the missing sub-fields)
+The order matters for the seed protocol (:mod:`neardup.indexer.cluster.seeds`) and the backstop
+(:mod:`neardup.indexer.cluster.backstop`): ``building`` is recorded (with the missing sub-fields)
 before the refresh and the point in time the reading rests on; the backstop's cut is taken just
 before that refresh; ``ready`` is recorded only after a final refresh and the backstop.
 """

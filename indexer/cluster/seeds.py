@@ -1,10 +1,10 @@
 """Cluster *seeds*: the values a singleton gets from ``neardup cluster``, written at index time.
 
 Most documents are singletons, whose cluster id is their own key
-(:func:`fingerprint.clustering.assign_ids`) and whose LSH keys depend on the signature alone.
+(:func:`neardup.fingerprint.clustering.assign_ids`) and whose LSH keys depend on the signature alone.
 ``neardup index`` and ``neardup load`` write those values (``cluster`` = the document's key,
-:func:`indexer.cluster.documents.doc_key`; ``bands`` = its keys for the default banding,
-:func:`indexer.cluster.options.cluster_params`, or ``[]`` without words) in the request that
+:func:`neardup.indexer.cluster.documents.doc_key`; ``bands`` = its keys for the default banding,
+:func:`neardup.indexer.cluster.options.cluster_params`, or ``[]`` without words) in the request that
 writes the fingerprint, so the first cluster run only rewrites the members that join another
 member's cluster. Seeds are written only while the index has never been clustered, and every
 seeded request is checked after its acknowledgement (:class:`Seeder`, which also gives the
@@ -116,7 +116,7 @@ class SeedPlan:
 
 
 def _signature(value: Mapping[str, Any], version: str, num_perm: int) -> tuple[bytes | None, int]:
-    """As :func:`indexer.cluster.documents.usable_signature`, for a value about to be written."""
+    """As :func:`neardup.indexer.cluster.documents.usable_signature`, for a value about to be written."""
     count = value.get("n")
     if value.get("v") != version or not isinstance(value.get("sig"), str):
         return None, 0
@@ -199,17 +199,17 @@ class Seeder:
     """Per job (or worker): whether seeds are written now, and the check after each request.
 
     **Staleness.** A document without ``neardup.cluster`` means "not clustered yet": the proxy
-    refuses push-down while one exists (:func:`proxy.pushdown.missing_clusters_query`) and
+    refuses push-down while one exists (:func:`neardup.proxy.handlers.native_collapse.missing_clusters_query`) and
     ``neardup cluster --incremental`` places exactly those. A seed is a value, so it must never
     stand for "clustered" unless a cluster run saw the document. The rule:
 
     * Seeds are written only while the index has never been clustered: no concrete index behind
       the expression has ``_meta.neardup_clusters`` (any state). Once it has, the indexer keeps
       the old behaviour: a new document gets no cluster value, a changed fingerprint clears the
-      values (:func:`indexer.enrich.cleared_cluster_keys`), and the document waits for the next
+      values (:func:`neardup.indexer.enrich.cleared_cluster_keys`), and the document waits for the next
       cluster run.
     * A full cluster run puts ``_meta.neardup_clusters`` (``state: building``) *before* its
-      refresh and point in time (:func:`indexer.cluster.run.run_cluster`).
+      refresh and point in time (:func:`neardup.indexer.cluster.run.run_cluster`).
     * After every bulk request that carried seeds is acknowledged, the writer reads the ``_meta``
       again (:meth:`Seeder.confirm`). If clusters are recorded by then, it withdraws the seeds of
       that request (:meth:`Seeder.withdraw`: a partial update setting both values to null,
@@ -226,7 +226,7 @@ class Seeder:
     write, so the seed is withdrawn: the document counts as new (no value), as without seeds.
     Withdrawing is always safe (at worst a document a run did see waits for the next
     ``--incremental``), so it is done for every item of the request that may hold the seed. A
-    request whose attempt timed out on the client is sent again (:meth:`indexer.retry.Retrier.call`)
+    request whose attempt timed out on the client is sent again (:meth:`neardup.indexer.retry.Retrier.call`)
     although the first attempt may have been applied: a conditional update (``neardup index``)
     applied by then answers **409** (its ``if_seq_no`` is outdated), not ``noop``, and an item may
     also fail after an earlier attempt applied it. So the check after the acknowledgement covers
@@ -245,7 +245,7 @@ class Seeder:
     request's acknowledgement and its check (or whose check fails, the node unreachable) leaves
     its seeds. So every full cluster run, before it marks ``ready``, finds the documents changed
     after what it read (per shard, ``_seq_no`` above a checkpoint taken before its refresh) and
-    withdraws the cluster values it cannot vouch for (:mod:`indexer.cluster.backstop`). Not
+    withdraws the cluster values it cannot vouch for (:mod:`neardup.indexer.cluster.backstop`). Not
     covered: a seeded request the node applies only after that search.
 
     The check before a request is the answer of the previous check (one ``GET _mapping`` per

@@ -1,10 +1,10 @@
 """Verification of candidate pairs for ``neardup cluster`` (memory strategy): exact, from the texts.
 
 ``--verify signature`` links two documents when their signature estimate ``Ĵ`` is at least
-the threshold t (:func:`fingerprint.clustering.cluster_signatures` as it is). ``--verify text``
+the threshold t (:func:`neardup.fingerprint.clustering.cluster_signatures` as it is). ``--verify text``
 (the default of the memory strategy) links them when the *exact* resemblance of their shingle
 sets is at least t, which is what exact single-link over all pairs does
-(:mod:`fingerprint.verify` has the method and the math):
+(:mod:`neardup.fingerprint.verify` has the method and the math):
 
 * candidates come from an LSH banding chosen for ``t - δ``, ``δ = 5·sqrt(t(1 - t)/K)``, and
   must pass ``Ĵ ≥ t - δ`` (the iterative rounds and shortcuts of ``cluster_signatures`` are
@@ -12,13 +12,13 @@ sets is at least t, which is what exact single-link over all pairs does
 * the texts of the documents of those pairs are read from Elasticsearch (``mget`` of the
   configured text fields, ``--field``: the fields ``neardup index`` fingerprinted, in the same
   order), in batches, each document once, as the rounds need them;
-* each text is shingled by a :class:`~fingerprint.Fingerprinter` with the configuration's
+* each text is shingled by a :class:`~neardup.fingerprint.Fingerprinter` with the configuration's
   fingerprint parameters (the stored ``neardup.v`` is the current scheme: documents of another
   scheme have no usable fingerprint and are never candidates). A document is verified exactly
   only if its text still gives the fingerprint the clustering read (same signature and
   shingle count); otherwise (text changed since it was fingerprinted, document deleted, fields
   without text) its pairs are verified by their estimate, and it is counted;
-* a pair is linked when its exact resemblance (:func:`fingerprint.verify.exact_resemblances`)
+* a pair is linked when its exact resemblance (:func:`neardup.fingerprint.verify.exact_resemblances`)
   is at least t.
 
 The LSH keys written to ``neardup.bands`` and recorded in ``_meta`` stay those of the banding
@@ -111,13 +111,13 @@ class VerifyStats:
 
 
 def text_params(params: ClusterParams, num_perm: int, groups: int, sigmas: float = SIGMAS) -> ClusterParams:
-    """``params`` with the banding and margin of exact verification (:mod:`fingerprint.verify`)."""
+    """``params`` with the banding and margin of exact verification (:mod:`neardup.fingerprint.verify`)."""
     return dataclasses.replace(params, banding=lowered_banding(params.threshold, num_perm, groups, sigmas),
                                margin=estimate_margin(params.threshold, num_perm, sigmas))
 
 
 class TextVerifier:
-    """The verification hook of :func:`fingerprint.clustering.cluster_signatures`: exact
+    """The verification hook of :func:`neardup.fingerprint.clustering.cluster_signatures`: exact
     resemblance of document pairs (rows of ``table``) from their texts, read on demand."""
 
     def __init__(self, client: Elasticsearch, retrier: Retrier, table: DocTable, fields: Sequence[str],
@@ -228,7 +228,7 @@ class TextVerifier:
 
 def cluster_table(job: Job, table: DocTable) -> Clustering:
     """The clusters of ``table``'s documents, verified as ``job.options.verify`` says
-    (the verification step of :func:`indexer.cluster.memory.run_memory`)."""
+    (the verification step of :func:`neardup.indexer.cluster.memory.run_memory`)."""
     method = getattr(job.options, "verify", "text")
     if method not in METHODS:
         raise ValueError(f"verify = {method!r}: must be one of {', '.join(METHODS)}")

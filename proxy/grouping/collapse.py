@@ -54,7 +54,7 @@ _OBJECT: dict[str, Any] = {}
 #: (positions of the objects that hold a usable fingerprint, their signatures (M, K) uint64,
 #: their shingle counts (M,)).
 Signatures = tuple[np.ndarray, np.ndarray, np.ndarray]
-#: ``read(stored fingerprint objects or None) -> Signatures`` (:mod:`proxy.grouping.fingerprints`).
+#: ``read(stored fingerprint objects or None) -> Signatures`` (:mod:`neardup.proxy.grouping.fingerprints`).
 Reader = Callable[[Sequence[Any]], Signatures]
 #: ``similar_pairs(signatures, counts, threshold, mode) -> (i, j, sim)`` (fingerprint package).
 PairFinder = Callable[[np.ndarray, np.ndarray, float, SignatureMode], tuple[np.ndarray, np.ndarray, np.ndarray]]
@@ -67,7 +67,7 @@ class Algorithms:
     read: Reader
     similar_pairs: PairFinder
     group_labels: Labeller
-    #: the TF-IDF version whose stored vectors ``tfidf`` mode compares (:mod:`proxy.grouping.tfidf_groups`)
+    #: the TF-IDF version whose stored vectors ``tfidf`` mode compares (:mod:`neardup.proxy.grouping.tfidf_groups`)
     tfidf_version: str = ""
 
 
@@ -88,9 +88,9 @@ def stored_fingerprint(hit: dict[str, Any], channel: Channel) -> Any:
 
 
 class WindowHits(list):
-    """The hits of a result window (:attr:`proxy.handlers.search_plan.Window.hits`), with what :func:`group`
+    """The hits of a result window (:attr:`neardup.proxy.handlers.search_plan.Window.hits`), with what :func:`group`
     read from them, so that a tail round reads only the hits it appended and
-    :func:`proxy.grouping.similarity.annotate` reuses the signatures instead of reading the page's
+    :func:`neardup.proxy.grouping.similarity.annotate` reuses the signatures instead of reading the page's
     fingerprints a second time. A plain list works too (everything is read on every call)."""
 
     __slots__ = ("read_state",)

@@ -1,6 +1,6 @@
 """The fingerprint algorithms the proxy groups hits with.
 
-Stored fingerprints are read with :func:`fingerprint.read_signatures` (only ``sig`` and ``n``,
+Stored fingerprints are read with :func:`neardup.fingerprint.read_signatures` (only ``sig`` and ``n``,
 one base64 decode per window); an object of another scheme version or of the wrong shape
 counts as "no fingerprint" and its hit is never collapsed.
 """

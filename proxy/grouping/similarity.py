@@ -3,12 +3,12 @@
 Groups are transitive (``a ~ b`` and ``b ~ c`` fold ``c`` under ``a`` even if ``a ≁ c``), so the
 similarity a reader wants to see, that of a collapsed hit to its group's *kept* hit, is not
 necessarily one of the pairs grouping found. It is computed here for the groups of the page
-only, with the estimators grouping uses (:mod:`fingerprint.similarity`), for kept hit ``r`` and
+only, with the estimators grouping uses (:mod:`neardup.fingerprint.similarity`), for kept hit ``r`` and
 collapsed hit ``m`` with ``K`` minhash slots and shingle counts ``a = |R|``, ``b = |M|``:
 
 * resemblance: ``Ĵ(r, m) = (equal slots) / K``;
 * containment: ``max(Ĉ(r in m), Ĉ(m in r))`` with ``Ĉ(A, B) = Ĵ (a + b) / ((1 + Ĵ) a)``;
-* tfidf: the cosine of their stored TF-IDF vectors (:mod:`proxy.grouping.tfidf_groups`).
+* tfidf: the cosine of their stored TF-IDF vectors (:mod:`neardup.proxy.grouping.tfidf_groups`).
 
 The value goes into the collapsed hit's ``fields["neardup.similarity"]`` (a one-element list,
 as Elasticsearch's ``fields`` values are), rounded to 4 decimals. A mode without an estimator
@@ -53,7 +53,8 @@ def annotate(hits: Sequence[dict[str, Any]], groups: Sequence[Sequence[int]], ch
              mode: str, read: Reader) -> None:
     """Put ``fields["neardup.similarity"]`` on every collapsed member of ``groups`` (in place):
     its similarity to the group's first (kept) hit. The signatures are those grouping read
-    (:func:`proxy.grouping.collapse.window_signatures`, for a window's :class:`proxy.grouping.collapse.WindowHits`),
+    (:func:`~neardup.proxy.grouping.collapse.window_signatures`, for a window's
+    :class:`~neardup.proxy.grouping.collapse.WindowHits`),
     else the page's fingerprints are read in one call; all pairs are compared in one vectorised
     step. Call it before the fingerprint fields the proxy added are stripped from the hits.
     """

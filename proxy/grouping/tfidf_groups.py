@@ -1,14 +1,14 @@
 """``neardup_mode=tfidf``: hits grouped by the TF-IDF cosine of their stored vectors (pure).
 
 Two hits are similar when ``cos(a, b) = Σ_t a_t b_t / (‖a‖ ‖b‖) ≥ t`` over their stored top-k
-vectors ``neardup.tf`` (:mod:`fingerprint.tfidf`; written by the indexer, weighted with the
+vectors ``neardup.tf`` (:mod:`neardup.fingerprint.tfidf`; written by the indexer, weighted with the
 statistics of their index when they were enriched, so nothing is looked up at search time). All
-pairs of a window come from one sparse product (:func:`fingerprint.tfidf.cosine_pairs`). A hit
+pairs of a window come from one sparse product (:func:`neardup.fingerprint.tfidf.cosine_pairs`). A hit
 whose vector is missing, malformed, of another TF-IDF version than the proxy's configuration
 makes, or empty (no terms) is never grouped.
 
 The vector comes through the same channels as the fingerprint
-(:mod:`proxy.handlers.search_plan`): from ``_source`` when the client gets it whole, else as the
+(:mod:`neardup.proxy.handlers.search_plan`): from ``_source`` when the client gets it whole, else as the
 ``fields`` ``neardup.tf.v``, ``neardup.tf.t`` and ``neardup.tf.w``.
 """
 

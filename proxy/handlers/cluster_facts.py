@@ -1,9 +1,9 @@
 """What the push-down needs to know about an index expression, cached per worker.
 
 Two facts decide whether a search can be grouped by Elasticsearch's native ``collapse`` on
-stored cluster ids (:mod:`proxy.handlers.native_collapse`): the mapping ``_meta`` of each
+stored cluster ids (:mod:`neardup.proxy.handlers.native_collapse`): the mapping ``_meta`` of each
 concrete index behind the expression, and whether every document holds a cluster id. They are
-checked with upstream calls (:mod:`proxy.handlers.pushdown`) and remembered here for
+checked with upstream calls (:mod:`neardup.proxy.handlers.pushdown`) and remembered here for
 :data:`CHECK_SECONDS` per key; concurrent askers of a cold key share one check.
 """
 

@@ -1,11 +1,11 @@
 """The window path of collapsed searches (``_search``, ``_msearch``): read, plan, fetch in rounds, answer.
 
-The imperative shell around :mod:`proxy.handlers.search_plan` (planning, merging) and
-:mod:`proxy.grouping.collapse` (grouping). The hits of a window ``[0, W)`` are fetched in
+The imperative shell around :mod:`neardup.proxy.handlers.search_plan` (planning, merging) and
+:mod:`neardup.proxy.grouping.collapse` (grouping). The hits of a window ``[0, W)`` are fetched in
 rounds until the page of ``from + size`` groups is full, the hits run out or
 ``collapse.max_window`` is reached; a search the cluster can group itself goes the push-down
-path instead (:mod:`proxy.handlers.pushdown`). Anything unexpected in an upstream answer makes
-the proxy fail open (:func:`proxy.handlers.exchange.fail_open`). A 4xx answer to a rewritten
+path instead (:mod:`neardup.proxy.handlers.pushdown`). Anything unexpected in an upstream answer makes
+the proxy fail open (:func:`neardup.proxy.handlers.exchange.fail_open`). A 4xx answer to a rewritten
 search is replaced by Elasticsearch's answer to the original request, so the client sees
 Elasticsearch's own error.
 """

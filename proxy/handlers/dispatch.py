@@ -1,10 +1,10 @@
 """Every request that is not an ops endpoint: checked, classified, then collapsed or forwarded.
 
-The access policy (:mod:`proxy.transport.access`) may refuse it; the proxy's own controls
-(:mod:`proxy.handlers.params`) are read and removed; a ``_search`` with collapsing on goes the
-collapsed path (:mod:`proxy.handlers.collapsed_search`), an ``_msearch`` too unless collapsing
+The access policy (:mod:`neardup.proxy.transport.access`) may refuse it; the proxy's own controls
+(:mod:`neardup.proxy.handlers.params`) are read and removed; a ``_search`` with collapsing on goes the
+collapsed path (:mod:`neardup.proxy.handlers.collapsed_search`), an ``_msearch`` too unless collapsing
 is switched off for the whole request, and anything else is forwarded unchanged
-(:mod:`proxy.handlers.forward`).
+(:mod:`neardup.proxy.handlers.forward`).
 """
 
 from __future__ import annotations

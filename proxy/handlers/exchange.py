@@ -1,7 +1,7 @@
 """The search paths' exchanges with the upstream and their answers to the client.
 
-Shared by the window path (:mod:`proxy.handlers.collapsed_search`), the push-down path
-(:mod:`proxy.handlers.pushdown`) and the source check (:mod:`proxy.handlers.source_check`):
+Shared by the window path (:mod:`neardup.proxy.handlers.collapsed_search`), the push-down path
+(:mod:`neardup.proxy.handlers.pushdown`) and the source check (:mod:`neardup.proxy.handlers.source_check`):
 the headers of a rewritten request, one whole-body round trip, the collapsed answer, the
 pass-through of a request the proxy does not collapse, and *failing open*: when anything in an
 upstream answer is unexpected, the client's original request is sent again and that answer is

@@ -20,7 +20,7 @@ and the query-string forms (``_source``, ``_source_includes``, ``_source_exclude
 to the top-level hits only, are translated into the same ``inner_hits`` options
 (:func:`inner_options`). Members are in the client's sort order, at most ``inner_size`` of them.
 
-The response has the window-collapsing format (:mod:`proxy.grouping.collapse`): each kept hit carries its
+The response has the window-collapsing format (:mod:`neardup.proxy.grouping.collapse`): each kept hit carries its
 group key in ``fields["neardup.group"]`` (here the cluster id) and its other members under
 ``inner_hits.neardup`` (``hits.total`` = how many other hits of the query are in its group), and
 the top-level ``neardup`` summary, with ``"pushdown": true`` and ``groups_total`` (the

@@ -2,7 +2,7 @@
 
 The health answer is 200 while at least one upstream node answers ``GET /_cluster/health``, else
 503; it names each node's reachability, HTTP status and cluster status. The metrics answer is the
-Prometheus text exposition of every worker's counters (:mod:`proxy.handlers.metrics`).
+Prometheus text exposition of every worker's counters (:mod:`neardup.proxy.handlers.metrics`).
 """
 
 from __future__ import annotations

@@ -11,15 +11,15 @@ query parameter        header                      values
 ``neardup_source``     ``X-Neardup-Source``        an ``_id`` of the searched index
 =====================  ==========================  ===================================
 
-``tfidf`` groups hits by the TF-IDF cosine of their stored vectors (:mod:`proxy.grouping.tfidf_groups`); its
+``tfidf`` groups hits by the TF-IDF cosine of their stored vectors (:mod:`neardup.proxy.grouping.tfidf_groups`); its
 threshold is ``tfidf.threshold`` unless the request gives ``neardup_threshold``.
 ``neardup_source`` (``_search`` only) marks the hits of the page that contain a fragment of
-that document (:mod:`proxy.handlers.source_check`).
+that document (:mod:`neardup.proxy.handlers.source_check`).
 
 They are removed before the request goes upstream (Elasticsearch rejects unknown parameters).
 A query parameter wins over the header of the same meaning. Anything invalid — an unknown
 ``neardup_*`` name, a value out of range, one parameter given twice with different values — is a
-:class:`~proxy.transport.errors.ProxyError` 400 naming the parameter.
+:class:`~neardup.proxy.transport.errors.ProxyError` 400 naming the parameter.
 
 The rest of the query string is kept byte for byte: parameters are split on ``&`` and only
 the proxy's own are dropped, nothing is decoded and re-encoded.
@@ -69,7 +69,7 @@ class Settings:
     #: collapsed is then an error instead of a silent pass-through.
     forced: bool = False
     #: ``neardup_source``: the document the page's hits are checked against, read by
-    #: :func:`proxy.handlers.source_check.settings_for`.
+    #: :func:`neardup.proxy.handlers.source_check.settings_for`.
     source: SourceDocument | None = None
 
     @property

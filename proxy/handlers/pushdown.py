@@ -1,23 +1,23 @@
 """The push-down path of collapsed searches: native ``collapse`` on stored cluster ids (I/O).
 
-The imperative shell around :mod:`proxy.handlers.native_collapse`. For a planned search
-(:class:`proxy.handlers.search_plan.Plan`) of an index expression, the proxy needs two facts
-about the indices behind it (:class:`proxy.handlers.cluster_facts.Facts`):
+The imperative shell around :mod:`neardup.proxy.handlers.native_collapse`. For a planned search
+(:class:`neardup.proxy.handlers.search_plan.Plan`) of an index expression, the proxy needs two facts
+about the indices behind it (:class:`neardup.proxy.handlers.cluster_facts.Facts`):
 
 * the mapping ``_meta`` of every concrete index (``GET /<indices>/_mapping``), for
-  :func:`proxy.handlers.native_collapse.clusters_match` against the request's threshold, mode
+  :func:`neardup.proxy.handlers.native_collapse.clusters_match` against the request's threshold, mode
   and scheme;
 * whether some document has no ``neardup.cluster`` (``_count`` of
-  :func:`proxy.handlers.native_collapse.missing_clusters_query`; it must be 0).
+  :func:`neardup.proxy.handlers.native_collapse.missing_clusters_query`; it must be 0).
 
 Both are fetched concurrently, with the client's own credentials, and cached per worker and per
-(index expression, credentials) (:class:`proxy.handlers.cluster_facts.FactsCache`), so that in
+(index expression, credentials) (:class:`neardup.proxy.handlers.cluster_facts.FactsCache`), so that in
 steady state a search costs no extra round trip. A check that fails (403 without
 ``view_index_metadata``, 404, a broken connection) means "window path".
 
 When the facts allow it, the search goes upstream once, as native collapse, and the answer is
 rewritten into the window-collapsing format: each collapsed member gets its estimated
-similarity to the kept hit (:func:`proxy.grouping.similarity.annotate`) and the fingerprint
+similarity to the kept hit (:func:`neardup.proxy.grouping.similarity.annotate`) and the fingerprint
 fields the proxy added are removed, as on the window path. If that answer is not usable (an
 error status, a document without a cluster id written since the check) the cached facts are
 dropped and the window path answers the search instead.
@@ -155,7 +155,7 @@ async def search(state: ProxyState, incoming: Incoming, plan: Plan) -> web.Strea
 # -- _msearch ---------------------------------------------------------------------------------
 async def mark(state: ProxyState, incoming: Incoming, items: Sequence[Item]) -> None:
     """Set ``item.pushdown`` on the planned items of an msearch that can be pushed down (the
-    item's index and header keys as :func:`proxy.handlers.collapsed_search.msearch` read them)."""
+    item's index and header keys as :func:`neardup.proxy.handlers.collapsed_search.msearch` read them)."""
     async def decide(item: Item) -> None:
         assert item.plan is not None
         header_params = [(name, "", "") for name in item.header_names]

@@ -22,7 +22,7 @@ The fingerprints come back through one of two *channels*:
   patterns ask for them.
 
 With ``neardup_source`` the configured text fields (``indexer.fields``) come the same way: in
-``_source``, or added to ``fields`` and removed again (:mod:`proxy.handlers.source_check`).
+``_source``, or added to ``fields`` and removed again (:mod:`neardup.proxy.handlers.source_check`).
 """
 
 from __future__ import annotations
@@ -349,7 +349,7 @@ def strip_added_beyond_hits(plan: Plan, response: dict[str, Any]) -> dict[str, A
 
 def _strip_added_from_suggestions(plan: Plan, response: dict[str, Any]) -> None:
     """Remove the added fingerprint fields from ``response``'s suggestion options
-    (:func:`proxy.grouping.collapse.suggestion_options`): a suggester has no ``fields`` of its own, so
+    (:func:`neardup.proxy.grouping.collapse.suggestion_options`): a suggester has no ``fields`` of its own, so
     every added one goes; term and phrase options hold none."""
     for option in collapse.suggestion_options(response):
         collapse.strip_fields(option, plan.added_fields)
@@ -402,7 +402,7 @@ def apply_filter(plan_filter: filter_path.FilterPath | None, response: Any) -> A
 
 
 def annotate_page(window: Window, groups: Sequence[Sequence[int]], read: collapse.Reader) -> None:
-    """:func:`proxy.grouping.similarity.annotate` the groups of the page ``window`` will show."""
+    """:func:`neardup.proxy.grouping.similarity.annotate` the groups of the page ``window`` will show."""
     plan = window.plan
     similarity.annotate(window.hits, groups[plan.start:plan.start + plan.size], plan.channel,
                         plan.settings.mode, read)

@@ -9,7 +9,7 @@ of them::
 
     containment(S in C) = |S ∩ C| / |S|  ≥  σ,     |S ∩ C| ≥ F
 
-The steps are those of ``neardup copies`` (:mod:`fingerprint.copies`), on one page: the text
+The steps are those of ``neardup copies`` (:mod:`neardup.fingerprint.copies`), on one page: the text
 fields of the source and of each hit are joined by newlines and cut into canonical shingles
 (``[fingerprint]`` scheme), the hits' shingle sets go into a pseudo-matrix Bloom filter
 (``[copies]`` hashes and false-positive rate; rows sized so that one holds about the median hit:
@@ -23,7 +23,7 @@ A hit that contains the source gets ``fields["neardup.contains_source"] = [share
 σ, how many hits of the page were checked, the filter's candidates and ``contains``, the number
 of hits of the page (representatives and folded members) marked.
 
-The hits' texts come through the plan's channel (:mod:`proxy.handlers.search_plan`): from ``_source`` when
+The hits' texts come through the plan's channel (:mod:`neardup.proxy.handlers.search_plan`): from ``_source`` when
 the client gets it whole, else as ``fields`` added to the request and removed again, so the
 client sees exactly what it asked for. Shingling runs on NumPy (the compiled kernels are
 switched off around it): the proxy never loads numba.
@@ -189,7 +189,7 @@ async def fetch_source(state: ProxyState, request: web.Request, raw_path: str, d
 
 def finish(state: ProxyState, window: search_plan.Window, groups: list[list[int]],
            fingerprinted: int) -> dict[str, Any]:
-    """:func:`proxy.handlers.search_plan.finish`, with the page's hits checked against ``neardup_source`` when
+    """:func:`neardup.proxy.handlers.search_plan.finish`, with the page's hits checked against ``neardup_source`` when
     the request names one (marks, then the added text fields are stripped with the others)."""
     plan = window.plan
     document = plan.settings.source

@@ -19,7 +19,7 @@ What it does, as RFC 9112 asks of a client:
   within :data:`KEEPALIVE` seconds of its last answer;
 * a read timeout: no bytes from the node for ``read_timeout`` seconds fails the exchange.
 
-Errors are exceptions of three kinds, which :mod:`proxy.transport.upstream` maps to 502/504 and retries:
+Errors are exceptions of three kinds, which :mod:`neardup.proxy.transport.upstream` maps to 502/504 and retries:
 :class:`ConnectFailed` (nothing was sent), :class:`ReadTimeout`, :class:`Broken` (the connection
 failed or the answer was malformed after the request was written; ``answered`` says whether any
 byte of an answer had arrived).

@@ -84,7 +84,7 @@ def loads(data: bytes | str) -> Any:
 
 
 def _raw_fragment(value: Any) -> Any:
-    """orjson's ``default``: a raw JSON value (:mod:`proxy.transport.rawjson`) goes out byte for byte."""
+    """orjson's ``default``: a raw JSON value (:mod:`neardup.proxy.transport.rawjson`) goes out byte for byte."""
     if type(value) is msgspec.Raw:
         return orjson.Fragment(bytes(value))
     raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")

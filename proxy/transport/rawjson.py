@@ -16,17 +16,17 @@ the proxy does on a search, since a window's bytes are nearly all ``_source``. S
   ``neardup.tf`` out of a raw ``_source`` (a typed decode that skips everything else).
 * :func:`materialize` parses a raw ``_source`` when something must look inside it
   (``filter_path`` into ``_source``, ``neardup_source`` texts).
-* :mod:`proxy.transport.jsonio` writes a raw ``_source`` back byte for byte (spliced into orjson's output), so
+* :mod:`neardup.proxy.transport.jsonio` writes a raw ``_source`` back byte for byte (spliced into orjson's output), so
   the client gets exactly Elasticsearch's ``_source``, numbers and escapes included.
 
-Values keep the guarantees of :func:`proxy.transport.jsonio.loads`: integers of any size stay exact
+Values keep the guarantees of :func:`neardup.proxy.transport.jsonio.loads`: integers of any size stay exact
 (msgspec reads them as Python ints), nothing that is not JSON is accepted (``NaN``, numbers
 that overflow, trailing bytes), duplicate keys keep the last value. A raw ``_source`` is checked
 to be well-formed JSON (structure, escapes, number syntax) but not parsed, so a number in it
 that no double holds (``1e999``) goes to the client as Elasticsearch sent it, and only its own
 hit loses its fingerprint if it is one of ``neardup``'s fields. Whenever the fast decode
 cannot (an unexpected shape, a lone surrogate escape, a pretty-printed upstream answer, nesting
-deeper than msgspec allows), the response is read by :func:`proxy.transport.jsonio.loads`,
+deeper than msgspec allows), the response is read by :func:`neardup.proxy.transport.jsonio.loads`,
 which gives the same values or raises the same ``ValueError``.
 """
 
@@ -71,7 +71,7 @@ def _hits_in_order(raw: Raw, hits: _Hits) -> bool:
 
 def loads_search(raw: bytes) -> Any:
     """A search response with each hit's ``_source`` as :class:`msgspec.Raw` (see the module);
-    raises ``ValueError`` for what is not JSON, like :func:`proxy.transport.jsonio.loads`."""
+    raises ``ValueError`` for what is not JSON, like :func:`neardup.proxy.transport.jsonio.loads`."""
     try:
         value = _decode_search(raw)
     except (msgspec.MsgspecError, RecursionError, ValueError, TypeError):
@@ -230,5 +230,5 @@ def source_vector(source: Raw) -> Any:
 
 
 def materialize(value: Any) -> Any:
-    """A raw value parsed (:func:`proxy.transport.jsonio.loads`); anything else unchanged."""
+    """A raw value parsed (:func:`neardup.proxy.transport.jsonio.loads`); anything else unchanged."""
     return jsonio.loads(bytes(value)) if type(value) is Raw else value

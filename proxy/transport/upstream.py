@@ -3,7 +3,7 @@
 * One :class:`aiohttp.ClientSession` per worker process with a keep-alive ``TCPConnector``
   of ``upstream.max_connections`` connections, for requests that stream (:meth:`Upstream.send`:
   pass-through of any body and answer); and for whole-body exchanges (:meth:`Upstream.exchange`:
-  the collapsed searches, which need the whole answer anyway) :mod:`proxy.transport.http1_client`'s leaner
+  the collapsed searches, which need the whole answer anyway) :mod:`neardup.proxy.transport.http1_client`'s leaner
   keep-alive connections, up to ``upstream.max_connections`` of them as well.
 * Requests go to the nodes in turn; a node that refuses the connection, or does not accept it
   within ``upstream.connect_timeout``, is skipped and the next one tried (the request was not
@@ -21,7 +21,7 @@
   library (``User-Agent``, ``Accept``, ``Accept-Encoding``, ``Content-Type`` only if the client
   sent them).
 * A node that sends nothing for ``upstream.request_timeout`` seconds gives a 504; one that cannot
-  be reached gives a 502 (:mod:`proxy.transport.errors`).
+  be reached gives a 502 (:mod:`neardup.proxy.transport.errors`).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class Upstream:
                    body: Body = None, base_url: str | None = None) -> aiohttp.ClientResponse:
         """Send one request; return the response with its body not yet read (release it!).
 
-        Raises :class:`~proxy.transport.errors.ProxyError` 502/504 on connection failures and timeouts.
+        Raises :class:`~neardup.proxy.transport.errors.ProxyError` 502/504 on connection failures and timeouts.
         """
         async def attempt(url: str) -> aiohttp.ClientResponse:
             try:
@@ -131,7 +131,7 @@ class Upstream:
     async def exchange(self, method: str, path_qs: str, headers: list[tuple[str, str]],
                        body: bytes | None = None) -> http1_client.Reply:
         """One request whose body is in memory, and its whole answer: :meth:`send` with the
-        answer read, the same failover, 502 and 504, over :mod:`proxy.transport.http1_client`'s leaner
+        answer read, the same failover, 502 and 504, over :mod:`neardup.proxy.transport.http1_client`'s leaner
         connections (the search path's hot loop)."""
         async def attempt(url: str) -> http1_client.Reply:
             try:
