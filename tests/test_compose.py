@@ -64,7 +64,9 @@ def test_compose_has_elasticsearch_proxy_and_a_one_shot_indexer():
 
 
 def test_elasticsearch_is_the_official_8_image_of_the_pinned_version_single_node_without_security():
-    pinned = re.search(r"^VERSION=\$\{NEARDUP_ES_VERSION:-([0-9.]+)\}", (ROOT / "scripts" / "es").read_text(), re.M)
+    # the default version of the elasticsearch engine in scripts/es
+    pinned = re.search(r"^\s*elasticsearch\)\n(?:.*\n)*?\s*VERSION=\$\{VERSION:-([0-9.]+)\}",
+                       (ROOT / "scripts" / "es").read_text(), re.M)
     service = SERVICES["elasticsearch"]
     assert service["image"] == f"docker.elastic.co/elasticsearch/elasticsearch:{pinned.group(1)}"
     env = environment(service)
