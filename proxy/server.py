@@ -7,14 +7,17 @@ forwards the signal and waits. A worker that dies on its own is replaced.
 
 Requests aiohttp cannot parse never reach the application: aiohttp answers them itself, with
 no public hook for the answer. :class:`ElasticErrorRequestHandler` (aiohttp's connection
-handler, two methods overridden) makes that answer an Elasticsearch error body too, which is
-why the proxy depends on one tested aiohttp minor version.
+handler, two methods overridden) makes that answer an Elasticsearch error body too. It relies
+on aiohttp internals, checked once at import (:data:`MISSING_INTERNALS`); on an aiohttp whose
+internals differ it stays off, the proxy answers those requests as plain aiohttp does (a
+plain-text 400), and :func:`warn_plain_errors` says so at start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import logging
 import os
 import shutil
@@ -23,10 +26,11 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, get_args
 
-from aiohttp import web, web_protocol
+import aiohttp
+from aiohttp import StreamReader, web, web_protocol
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
@@ -64,9 +68,54 @@ def url_of(sock: socket.socket) -> str:
 
 
 #: aiohttp's record of a request it could not parse: a private class, hence looked up, not
-#: imported. Without it the mid-body repair in :meth:`ElasticErrorRequestHandler.data_received`
-#: turns itself off and the rest still works.
+#: imported.
 _ErrInfo: type[Any] | None = getattr(web_protocol, "_ErrInfo", None)
+
+
+def _parameters(function: Callable[..., Any]) -> list[str]:
+    try:
+        return list(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
+def _missing_internals() -> tuple[str, ...]:
+    """The aiohttp internals :class:`ElasticErrorRequestHandler` and :class:`ProxyRunner` use
+    that this aiohttp lacks or has in another shape; empty when they are all as expected."""
+    missing = []
+    if not isinstance(_ErrInfo, type) or _parameters(_ErrInfo) != ["status", "exc", "message"]:
+        missing.append("web_protocol._ErrInfo(status, exc, message)")
+    # The entries of RequestHandler._messages: (request message or _ErrInfo, its body).
+    entry = get_args(getattr(web_protocol, "_MsgType", None))
+    if len(entry) != 2 or _ErrInfo not in get_args(entry[0]) or entry[1] is not StreamReader:
+        missing.append("web_protocol._MsgType (message or _ErrInfo, StreamReader)")
+    for name in ("_messages", "_current_request"):
+        if not hasattr(RequestHandler, name):
+            missing.append(f"RequestHandler.{name}")
+    if _parameters(RequestHandler.handle_error) != ["self", "request", "status", "exc", "message"]:
+        missing.append("RequestHandler.handle_error(request, status, exc, message)")
+    if _parameters(RequestHandler.data_received) != ["self", "data"]:
+        missing.append("RequestHandler.data_received(data)")
+    if not inspect.iscoroutinefunction(getattr(web.AppRunner, "_make_server", None)):
+        missing.append("AppRunner._make_server()")
+    return tuple(missing)
+
+
+#: What :func:`_missing_internals` found missing in the installed aiohttp (empty on the
+#: versions the proxy is tested with).
+MISSING_INTERNALS = _missing_internals()
+
+#: Whether the proxy's connections answer unparsable requests with Elasticsearch error bodies
+#: (:class:`ElasticErrorRequestHandler`) or as plain aiohttp does.
+ELASTIC_ERRORS = not MISSING_INTERNALS
+
+
+def warn_plain_errors() -> None:
+    """Log one warning when :data:`ELASTIC_ERRORS` is off: the only visible difference."""
+    if not ELASTIC_ERRORS:
+        log.warning("aiohttp %s differs from the versions the proxy is tested with (%s): requests "
+                    "aiohttp cannot parse get its plain-text answer, not an Elasticsearch error "
+                    "body", aiohttp.__version__, ", ".join(MISSING_INTERNALS) or "switched off")
 
 
 class ElasticErrorRequestHandler(RequestHandler):
@@ -81,6 +130,8 @@ class ElasticErrorRequestHandler(RequestHandler):
     body: ``illegal_argument_exception`` naming the problem (not the offending bytes) for a
     malformed request, ``neardup_proxy_exception`` otherwise, as JSON, never a traceback.
     """
+
+    __slots__ = ()   # the layout of aiohttp's handler, so that a handler can become one
 
     def data_received(self, data: bytes) -> None:
         """As aiohttp's, but a body that breaks off in the middle (invalid chunked encoding
@@ -127,16 +178,22 @@ class ElasticErrorRequestHandler(RequestHandler):
 class ElasticErrorServer(web.Server):
     """:class:`aiohttp.web.Server` whose connections use :class:`ElasticErrorRequestHandler`."""
 
+    __slots__ = ()   # the layout of aiohttp's server, so that a server can become one
+
     def __call__(self) -> RequestHandler:
-        return ElasticErrorRequestHandler(self, loop=self._loop, **self._kwargs)
+        handler = super().__call__()
+        if type(handler) is RequestHandler:   # the same object, with the error handling above
+            handler.__class__ = ElasticErrorRequestHandler
+        return handler
 
 
 class ProxyRunner(web.AppRunner):
-    """:class:`aiohttp.web.AppRunner` serving with :class:`ElasticErrorServer`."""
+    """:class:`aiohttp.web.AppRunner` serving with :class:`ElasticErrorServer` when
+    :data:`ELASTIC_ERRORS` is on, else with aiohttp's own server."""
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
-        if type(server) is web.Server:   # the same object, with the error handling above
+        if ELASTIC_ERRORS and type(server) is web.Server:   # the same object, with the above
             server.__class__ = ElasticErrorServer
         return server
 
@@ -220,6 +277,7 @@ def serve(config: Config) -> int:
     message = f"neardup proxy listening on {url} (workers: {workers}, upstream: {upstream}{ops})"
     print(message, flush=True)
     log.info(message, extra={"fields": {"event": "listening", "url.full": url, "workers": workers}})
+    warn_plain_errors()
     if workers == 1:
         run_loop(run_worker(config, sock, ops_sock=ops_sock))
         return 0
