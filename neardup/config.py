@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import ssl
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -66,6 +67,20 @@ def _existing_file(value: str) -> str:
 ExistingFileOrEmpty = Annotated[str, AfterValidator(_existing_file)]
 
 
+def _readable_file(value: str) -> str:
+    if _existing_file(value):
+        try:
+            with open(value, "rb"):
+                pass
+        except OSError as exc:
+            raise ValueError(f"cannot be read: {exc.strerror or exc}") from None
+    return value
+
+
+#: A path that must name a file this process can read, or "" for none.
+ReadableFileOrEmpty = Annotated[str, AfterValidator(_readable_file)]
+
+
 class UpstreamConfig(_Section):
     """The Elasticsearch cluster behind the proxy and the indexer."""
 
@@ -111,6 +126,13 @@ class ProxyConfig(_Section):
     #: ``host:port`` to serve ``/_neardup/health`` and ``/_neardup/metrics`` on, instead of
     #: the main port (where they then answer 404); empty: on the main port.
     ops_address: str = ""
+    #: Serve HTTPS with this certificate (PEM, the chain after it) and its private key (PEM,
+    #: unencrypted): both or neither. The ops address stays plain HTTP.
+    tls_cert: ReadableFileOrEmpty = ""
+    tls_key: ReadableFileOrEmpty = ""
+    #: CA certificates (PEM) of the clients: if set, every client must present a certificate
+    #: signed by one of them.
+    tls_client_ca: ReadableFileOrEmpty = ""
 
     @field_validator("allowed_paths")
     @classmethod
@@ -125,6 +147,53 @@ class ProxyConfig(_Section):
         if value:
             split_host_port(value)
         return value
+
+    @model_validator(mode="after")
+    def _tls_usable(self) -> ProxyConfig:
+        if bool(self.tls_cert) != bool(self.tls_key):
+            given, missing = ("tls_cert", "tls_key") if self.tls_cert else ("tls_key", "tls_cert")
+            raise ValueError(f"{missing} = '': needed with proxy.{given} (both or neither)")
+        if self.tls_client_ca and not self.tls_cert:
+            raise ValueError(f"tls_client_ca = {self.tls_client_ca!r}: needs proxy.tls_cert and proxy.tls_key")
+        self.ssl_context()  # its ValueError names the key
+        return self
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The server side of TLS (``ssl.create_default_context`` for clients, at least TLS
+        1.2), or None for plain HTTP. ValueError naming the key when a file is not usable."""
+        if not self.tls_cert:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            context.load_cert_chain(self.tls_cert, self.tls_key, password=_no_password)
+        except ssl.SSLError as exc:
+            raise ValueError(f"tls_cert = {self.tls_cert!r}: not a PEM certificate matching the PEM "
+                             f"key proxy.tls_key = {self.tls_key!r} ({_ssl_reason(exc)})") from None
+        except EncryptedKeyError as exc:
+            raise ValueError(f"tls_key = {self.tls_key!r}: {exc}") from None
+        if self.tls_client_ca:
+            try:
+                context.load_verify_locations(cafile=self.tls_client_ca)
+            except ssl.SSLError as exc:
+                raise ValueError(f"tls_client_ca = {self.tls_client_ca!r}: not PEM CA certificates "
+                                 f"({_ssl_reason(exc)})") from None
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+
+class EncryptedKeyError(ValueError):
+    """``proxy.tls_key`` is encrypted: the proxy has no password to give."""
+
+
+def _no_password() -> str:
+    """An encrypted key is refused instead of OpenSSL asking for its password on the terminal."""
+    raise EncryptedKeyError("the key is encrypted; give an unencrypted key")
+
+
+def _ssl_reason(exc: ssl.SSLError) -> str:
+    """OpenSSL's reason (``KEY_VALUES_MISMATCH``), without the ``[SSL]`` prefix or source line."""
+    return exc.reason or exc.strerror or str(exc)
 
 
 def split_host_port(address: str) -> tuple[str, int]:

@@ -62,9 +62,9 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def url_of(sock: socket.socket) -> str:
+def url_of(sock: socket.socket, scheme: str = "http") -> str:
     host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
 #: aiohttp's record of a request it could not parse: a private class, hence looked up, not
@@ -224,13 +224,17 @@ def tune_gc() -> None:
 async def run_worker(config: Config, sock: socket.socket, metrics_dir: str | None = None,
                      ops_sock: socket.socket | None = None) -> None:
     """Serve on ``sock`` (and the ops endpoints on ``ops_sock``) until SIGTERM/SIGINT, then
-    shut down gracefully."""
+    shut down gracefully.
+
+    With ``proxy.tls_cert``, ``sock`` serves HTTPS: each worker builds its own SSL context (the
+    parent only passes on the listening socket); the ops endpoints stay plain HTTP.
+    """
     app = create_app(config, metrics_dir=metrics_dir)
     runner = ProxyRunner(app, handle_signals=False, access_log=None, auto_decompress=False,
                            shutdown_timeout=config.proxy.shutdown_timeout)
     await runner.setup()
     tune_gc()   # before accepting: the full collection must not stall a worker's first requests
-    site = web.SockSite(runner, sock)
+    site = web.SockSite(runner, sock, ssl_context=config.proxy.ssl_context())
     await site.start()
     ops_runner = None
     if ops_sock is not None:
@@ -271,7 +275,7 @@ def serve(config: Config) -> int:
         raise
     _check_upstream(config)
     workers = config.proxy.workers
-    url = url_of(sock)
+    url = url_of(sock, "https" if config.proxy.tls_cert else "http")
     upstream = ", ".join(without_credentials(u) for u in config.upstream.url_strings)
     ops = f"; health and metrics on {url_of(ops_sock)}" if ops_sock is not None else ""
     message = f"neardup proxy listening on {url} (workers: {workers}, upstream: {upstream}{ops})"

@@ -32,7 +32,7 @@ class ProxyProcess:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment, cwd=ROOT, text=True)
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
-        match = re.search(r"listening on (http://\S+)", line)
+        match = re.search(r"listening on (https?://\S+)", line)
         if not match:
             self.process.kill()
             raise AssertionError(f"no start-up line: {line!r} {self.process.stderr.read()}")
