@@ -34,6 +34,7 @@ from neardup.indexer.errors import JobError
 from neardup.indexer.query import SliceSpec
 from neardup.indexer.reader import SliceReader
 from neardup.indexer.retry import Retrier
+from neardup.upstream import ClusterInfo
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +187,8 @@ def _mib(n: float) -> str:
     return f"{n / (1 << 20):.1f} MiB"
 
 
-def format_summary(result: CopiesResult) -> str:
+def format_summary(result: CopiesResult, cluster: ClusterInfo | None = None) -> str:
+    """The human-readable final report; ``cluster``: where the index is."""
     s = result.summary()
     without = sum(s["without_text"].values())
     ratio = s["rows_one_filter_per_document"] / s["rows"] if s["rows"] else 0.0
@@ -195,6 +197,7 @@ def format_summary(result: CopiesResult) -> str:
         f"neardup copies {s['index']}: {s['documents']:,} documents read, {s['screened']:,} screened "
         f"({without:,} without text in {', '.join(s['fields'])}; "
         f"{s['with_text'] - s['screened']:,} with only frequent shingles)",
+        *([f"  upstream: {cluster.describe()}"] if cluster else []),
         f"  shingles: {s['shingles']:,} in the filter; {s['frequent_shingles_left_out']:,} found in more than "
         f"{s['max_df']} documents left out" if s["max_df"] else
         f"  shingles: {s['shingles']:,} in the filter (none left out: max_df 0)",

@@ -18,6 +18,7 @@ from neardup.fingerprint import FIELD, Fingerprint, FingerprintFormatError
 from neardup.indexer.errors import JobError, error_type_and_reason
 from neardup.indexer.matching import Match, candidate_search, candidates_from_hits, verified_matches
 from neardup.indexer.retry import Retrier
+from neardup.upstream import ClusterInfo
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,9 @@ def find_duplicates(client: Elasticsearch, retrier: Retrier, *, index: str, doc_
     return DuplicatesResult(index, doc_id, threshold, mode, len(candidates), matches, previews)
 
 
-def format_duplicates(result: DuplicatesResult) -> str:
+def format_duplicates(result: DuplicatesResult, cluster: ClusterInfo | None = None) -> str:
     lines = [f"{result.index}/{result.id}: {result.previews.get(result.id, '')}",
+             *([f"upstream: {cluster.describe()}"] if cluster else []),
              f"{len(result.matches)} near-duplicate(s) at {result.mode} >= {result.threshold:g} "
              f"(of {result.candidates} candidates sharing a supershingle or megashingle)"]
     for match in result.matches:

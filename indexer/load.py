@@ -63,6 +63,7 @@ from neardup.indexer.query import TF_VERSION_PATH
 from neardup.indexer.retry import TRANSIENT_STATUSES, Retrier
 from neardup.indexer.stats import Failures, JobStats
 from neardup.indexer.tfidf_vectors import TfidfEnricher, neardup_of, tf_properties, vectors_of_lines
+from neardup.upstream import ClusterInfo
 
 OnDuplicate = Literal["allow", "tag", "skip"]
 
@@ -371,8 +372,9 @@ class Loader:
             self.seeder.confirm([w for w in written if w is not None], uncertain)
 
 
-def format_load_summary(result: LoadResult, index: str) -> str:
+def format_load_summary(result: LoadResult, index: str, cluster: ClusterInfo | None = None) -> str:
     lines = [f"index {index}{' (created)' if result.created_index else ''}: {result.counts.describe()}",
+             *([f"  upstream {cluster.describe()}"] if cluster else []),
              f"  loaded   {result.loaded}",
              f"  tagged   {len(result.tagged)}  (loaded with neardup.{DUPLICATE_OF})",
              f"  skipped  {len(result.skipped)}  (near-duplicates, not loaded)",

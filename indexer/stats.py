@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from neardup.upstream import ClusterInfo
+
 #: How many example ids are kept per failure reason.
 EXAMPLE_IDS = 5
 
@@ -90,12 +92,13 @@ class JobStats:
         return data
 
 
-def format_summary(stats: JobStats, *, index: str, elapsed: float) -> str:
-    """The human-readable final report."""
+def format_summary(stats: JobStats, *, index: str, elapsed: float, cluster: ClusterInfo | None = None) -> str:
+    """The human-readable final report; ``cluster``: where the index is."""
     rate = stats.read / elapsed if elapsed > 0 else 0.0
     skipped = stats.skipped_no_field + stats.skipped_non_string + stats.skipped_empty
     lines = [
         f"index {index}: read {stats.read} documents in {elapsed:.1f}s ({rate:.0f} docs/s)",
+        *([f"  upstream           {cluster.describe()}"] if cluster else []),
         f"  updated            {stats.updated}",
         f"  unchanged          {stats.unchanged}  (fingerprint already identical)",
         f"  skipped            {stats.skipped_current + skipped}",

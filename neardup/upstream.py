@@ -10,13 +10,15 @@ with one clear message instead of a traceback later. Each URL is asked for
 * no connection, TLS failure, timeout or a 5xx: the node is unreachable.
 
 At least one URL must be ok; the others are logged as warnings (a cluster keeps serving
-while one node is down).
+while one node is down). The node that answered is then asked what it is (:class:`ClusterInfo`),
+so a job's summary can name the cluster it worked on.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -82,10 +84,8 @@ def _cause(exc: Exception, timeout: float) -> str:
     return text if len(text) <= 300 else text[:300] + "..."
 
 
-def probe(url: str, upstream: UpstreamConfig) -> str | None:
-    """``None`` if the node at ``url`` answers and accepts the credentials, else the reason."""
-    options = base_client_options(upstream)
-    client = Elasticsearch(url, **options)
+def probe(client: Elasticsearch, upstream: UpstreamConfig) -> str | None:
+    """``None`` if the node of ``client`` answers and accepts the credentials, else the reason."""
     try:
         client.cluster.health()
         return None
@@ -99,22 +99,73 @@ def probe(url: str, upstream: UpstreamConfig) -> str | None:
         detail = exc.message if exc.message and exc.message != "None" else "is it Elasticsearch?"
         return f"answered HTTP {exc.meta.status} to GET /_cluster/health ({detail})"
     except TransportError as exc:
-        return _cause(exc, options["request_timeout"])
-    finally:
-        client.close()
+        return _cause(exc, base_client_options(upstream)["request_timeout"])
 
 
-def check_upstream(config: Config | UpstreamConfig) -> None:
+def engine_of(version: dict[str, Any]) -> str:
+    """The engine named by the ``version`` object of a root or node info: OpenSearch says so in
+    ``distribution``, Elastic's serverless offering in ``build_flavor``; else Elasticsearch."""
+    if version.get("distribution") == "opensearch":
+        return "OpenSearch"
+    return "Elasticsearch Serverless" if version.get("build_flavor") == "serverless" else "Elasticsearch"
+
+
+def cluster_info(client: Elasticsearch, url: str) -> ClusterInfo:
+    """What the node of ``client`` (at ``url``) is: ``GET /``, else ``GET /_nodes/_local`` (a
+    node without the root endpoint, such as Elasticsearch's integ-test distribution, answers
+    ``GET /`` with 405), else the version is unknown (e.g. no ``monitor`` privilege)."""
+    shown = without_credentials(url)
+    try:
+        version = client.info(filter_path="version").body.get("version") or {}
+        if version.get("number"):
+            return ClusterInfo(shown, engine_of(version), str(version["number"]))
+    except (ApiError, TransportError) as exc:
+        log.debug("GET / of %s: %s", shown, exc)
+    try:
+        nodes = client.nodes.info(node_id="_local", metric="_none",
+                                  filter_path="nodes.*.version,nodes.*.build_flavor").body.get("nodes") or {}
+    except (ApiError, TransportError) as exc:
+        log.debug("GET /_nodes/_local of %s: %s", shown, exc)
+        nodes = {}
+    for node in nodes.values():
+        if node.get("version"):
+            return ClusterInfo(shown, engine_of(node), str(node["version"]))
+    return ClusterInfo(shown, "Elasticsearch", None)
+
+
+def check_upstream(config: Config | UpstreamConfig) -> ClusterInfo:
     """Raise :class:`UpstreamError` naming ``upstream.urls``, each URL and its cause, unless
-    at least one configured node answers with the configured credentials."""
+    at least one configured node answers with the configured credentials; the first that does
+    is the cluster returned."""
     upstream = config.upstream if isinstance(config, Config) else config
     failures: list[tuple[str, str]] = []
     for url in upstream.url_strings:
-        reason = probe(url, upstream)
-        if reason is None:
-            for failed_url, failed_reason in failures:
-                log.warning("upstream.urls: %s is not usable: %s", failed_url, failed_reason)
-            return
+        client = Elasticsearch(url, **base_client_options(upstream))
+        try:
+            reason = probe(client, upstream)
+            if reason is None:
+                for failed_url, failed_reason in failures:
+                    log.warning("upstream.urls: %s is not usable: %s", failed_url, failed_reason)
+                return cluster_info(client, url)
+        finally:
+            client.close()
         failures.append((without_credentials(url), reason))
     lines = "\n  ".join(f"{url}: {reason}" for url, reason in failures)
     raise UpstreamError(f"upstream.urls: cannot use Elasticsearch at\n  {lines}")
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """The cluster a job worked on, as its summary names it: the URL of the node that answered
+    (never with credentials), the engine, and its version (None: the node would not say)."""
+
+    url: str
+    engine: str
+    version: str | None
+
+    def describe(self) -> str:
+        """``Elasticsearch 8.19.21 at http://127.0.0.1:9200``."""
+        return f"{self.engine} {self.version or '(version unknown)'} at {self.url}"
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {"url": self.url, "engine": self.engine, "version": self.version}

@@ -7,15 +7,23 @@ its module registers it.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
+import socket
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from elasticsearch import Elasticsearch
 
 from neardup.cli import build_parser, main
+from neardup.fingerprint import FIELD
+from tests.plugins.corpora import bulk_load, run_neardup
+from tests.test_proxy_support import ProxyThread, make_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -176,3 +184,137 @@ def test_compare_at_the_default_level_prints_no_dictionary_loading(tmp_path):
         runs[bool(extra)] = done.stderr
     assert "pymorphy3" not in runs[False]
     assert "pymorphy3" in runs[True]
+
+
+# --- the cluster to work on: neardup --upstream URL ----------------------------------------------------
+
+def test_the_global_upstream_sets_upstream_urls_and_the_proxys_own_flag_stays_an_alias():
+    """``neardup --upstream URL COMMAND`` for every command; ``neardup proxy --upstream URL`` as
+    before, replacing the global URLs when both are given."""
+    parse = build_parser().parse_args
+    assert parse(["--upstream", "http://a:9200", "--upstream", "http://b:9200", "index", "--index", "x"]).upstream \
+        == ["http://a:9200", "http://b:9200"]
+    assert parse(["--upstream", "http://a:9200", "proxy"]).upstream == ["http://a:9200"]
+    assert parse(["proxy", "--upstream", "http://b:9200"]).upstream == ["http://b:9200"]
+    assert parse(["--upstream", "http://a:9200", "proxy", "--upstream", "http://b:9200"]).upstream == ["http://b:9200"]
+    assert parse(["proxy"]).upstream is None
+
+
+def test_a_bad_upstream_url_stops_every_command_with_the_one_line_configuration_error(capsys):
+    leaves = [path for path in COMMANDS if path and not subparsers_of(parser_for(path))]
+    for leaf in leaves:
+        assert main(["--upstream", "not-a-url", *leaf, *minimal_argv(parser_for(leaf))]) == 2, leaf
+        err = capsys.readouterr().err
+        assert err.startswith("neardup: upstream.urls.0 = 'not-a-url': ") and err.count("\n") == 1, err
+        assert err.endswith(" (given as --upstream)\n") and "validation error" not in err
+
+
+@pytest.mark.parametrize(("version", "engine"), [
+    ({"number": "8.19.21", "build_flavor": "default"}, "Elasticsearch"),
+    ({"number": "8.11.0", "build_flavor": "serverless"}, "Elasticsearch Serverless"),
+    ({"number": "2.19.6", "distribution": "opensearch"}, "OpenSearch"),
+])
+def test_the_engine_is_read_from_the_version_object(version, engine):
+    from neardup.upstream import engine_of
+
+    assert engine_of(version) == engine
+
+
+DOCS = [
+    {"id": "a", "title": "Fox", "body": "The quick brown fox jumps over the lazy dog again and again today."},
+    {"id": "b", "title": "Fox", "body": "The quick brown fox jumps over the lazy dog again and again today!"},
+    {"id": "c", "title": "Rates", "body": "Central bank keeps interest rates unchanged for the quarter, officials said."},
+]
+
+
+def node_version(es: Elasticsearch) -> str:
+    return str(next(iter(es.nodes.info(node_id="_local")["nodes"].values()))["version"])
+
+
+@pytest.fixture
+def elsewhere() -> Iterator[str]:
+    """A URL where nothing answers (a bound, not listening port): NEARDUP_UPSTREAM__URLS of the runs."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture
+def index_names(es: Elasticsearch) -> Iterator[list[str]]:
+    names: list[str] = []
+    yield names
+    for name in names:
+        es.options(ignore_status=404).indices.delete(index=name)
+
+
+def test_every_job_works_on_the_cluster_of_the_global_upstream_and_names_it(es, es_url, elsewhere, index_names,
+                                                                           tmp_path):
+    """``neardup --upstream URL`` wins over NEARDUP_UPSTREAM__URLS (which points where nothing
+    answers), and every job's summary names the cluster: URL, engine and version."""
+    url = es_url.rstrip("/")
+    cluster = {"url": url, "engine": "Elasticsearch", "version": node_version(es)}
+    named = f"Elasticsearch {cluster['version']} at {url}\n"
+    enriched, loaded = f"cli-upstream-{uuid.uuid4().hex[:8]}", f"cli-upstream-{uuid.uuid4().hex[:8]}"
+    index_names += [enriched, loaded]
+    es.indices.create(index=enriched, settings={"number_of_shards": 1, "number_of_replicas": 0})
+    bulk_load(es, enriched, DOCS)
+
+    def neardup(*args: str) -> str:
+        result = run_neardup(["--upstream", es_url, *args], elsewhere)
+        assert result.returncode == 0, result.stderr.decode(errors="replace")
+        return result.stdout.decode()
+
+    without_flag = run_neardup(["index", "--index", enriched], elsewhere)
+    assert without_flag.returncode == 3 and elsewhere in without_flag.stderr.decode()
+
+    assert f"\n  upstream           {named}" in neardup("index", "--index", enriched)
+    es.indices.refresh(index=enriched)
+    assert all(FIELD in hit["_source"] for hit in es.search(index=enriched)["hits"]["hits"])
+    assert json.loads(neardup("index", "--index", enriched, "--json"))["cluster"] == cluster
+
+    source = tmp_path / "docs.jsonl"
+    source.write_text("".join(json.dumps(doc) + "\n" for doc in DOCS), encoding="utf-8")
+    assert f"\n  upstream {named}" in neardup("load", "--index", loaded, str(source), "--refresh")
+    assert es.count(index=loaded)["count"] == len(DOCS)
+    assert json.loads(neardup("load", "--index", loaded, str(source), "--json"))["cluster"] == cluster
+
+    assert f"\nupstream: {named}" in neardup("duplicates", "--index", loaded, "--id", "a")
+    assert json.loads(neardup("duplicates", "--index", loaded, "--id", "a", "--json"))["cluster"] == cluster
+    assert f"\n  upstream           {named}" in neardup("cluster", "--index", loaded)
+    assert json.loads(neardup("cluster", "--index", loaded, "--json"))["cluster"] == cluster
+    assert f"\n  upstream: {named}" in neardup("copies", "--index", loaded)
+    last = neardup("copies", "--index", loaded, "--json").splitlines()[-1]
+    assert json.loads(last)["summary"]["cluster"] == cluster
+
+
+def test_a_cluster_that_will_not_tell_its_version_is_named_with_the_version_unknown(es, es_url, elsewhere,
+                                                                                    index_names):
+    """The node is reached through the proxy, which admits only the health check and the
+    index: ``GET /`` and ``GET /_nodes/_local`` are refused (403), the job runs all the same."""
+    name = f"cli-upstream-{uuid.uuid4().hex[:8]}"
+    index_names.append(name)
+    es.indices.create(index=name, settings={"number_of_shards": 1, "number_of_replicas": 0})
+    bulk_load(es, name, DOCS)
+    assert run_neardup(["--upstream", es_url, "index", "--index", name], elsewhere).returncode == 0
+    rules = {"allowed_paths": ["/_cluster/health", f"/{name}/**"]}
+    with ProxyThread(make_config(es_url, proxy=rules)) as proxy:
+        text = run_neardup(["--upstream", proxy.url, "duplicates", "--index", name, "--id", "a"], elsewhere)
+        found = run_neardup(["--upstream", proxy.url, "duplicates", "--index", name, "--id", "a", "--json"],
+                            elsewhere)
+    assert text.returncode == 0, text.stderr.decode(errors="replace")
+    assert f"\nupstream: Elasticsearch (version unknown) at {proxy.url}\n" in text.stdout.decode()
+    assert json.loads(found.stdout)["cluster"] == {"url": proxy.url, "engine": "Elasticsearch", "version": None}
+
+
+def test_credentials_in_the_upstream_url_reach_the_node_and_are_never_shown(secure_es, elsewhere, tmp_path):
+    scheme, rest = secure_es.url.split("://", 1)
+    with_credentials = f"{scheme}://{secure_es.username}:{secure_es.password}@{rest}"
+    source = tmp_path / "docs.jsonl"
+    source.write_text("".join(json.dumps(doc) + "\n" for doc in DOCS), encoding="utf-8")
+    name = f"cli-upstream-{uuid.uuid4().hex[:8]}"
+    result = run_neardup(["--upstream", with_credentials, "load", "--index", name, str(source)], elsewhere)
+    output = result.stdout.decode() + result.stderr.decode()
+    assert result.returncode == 0, output
+    assert "\n  upstream Elasticsearch " in output and f" at {secure_es.url.rstrip('/')}\n" in output
+    assert secure_es.password not in output
+    secure_es.client().options(ignore_status=404).indices.delete(index=name)

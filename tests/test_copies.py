@@ -250,6 +250,7 @@ def test_max_df_drops_boilerplate_pairs_and_min_share_raises_the_bar(es_url, pla
     plants = {(p["copier"], p["source"]): p["share"] for p in planted["plants"]}
     assert [plants[k] for k in found if k in plants] == [0.5, 0.1]   # the 5 % plant is below 0.08
     assert "found in more than 4 documents left out" in summary and "verified pairs: " in summary
+    assert "\n  upstream: Elasticsearch " in summary and f" at {es_url.rstrip('/')}\n" in summary
     # --limit lists the top pairs only: the 50 % plant holds the highest share of its source
     status, out, _ = run_copies(es_url, "--index", planted["index"], "--limit", "1", "--fields", "title,body")
     sizes = {d["id"]: len(s) for d, s in zip(planted["corpus"], planted["sets"])}

@@ -156,7 +156,8 @@ def test_summary_text_names_every_count(es_url, new_index):
     assert result.returncode == EXIT_OK, stderr(result)
     text = result.stdout.decode()
     for needle in ("read 8 documents", "updated            5", "no text field    1", "non-string value 1",
-                   "empty text       1", "conflicts retried  0", "deleted meanwhile  0", "failed             0"):
+                   "empty text       1", "conflicts retried  0", "deleted meanwhile  0", "failed             0",
+                   "upstream           Elasticsearch ", f" at {es_url.rstrip('/')}\n"):
         assert needle in text, text
 
 

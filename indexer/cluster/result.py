@@ -12,6 +12,7 @@ from neardup.fingerprint.clustering import Clustering, RoundStats
 from neardup.fingerprint.lsh import Banding
 from neardup.indexer.cluster.documents import DocTable
 from neardup.indexer.stats import JobStats
+from neardup.upstream import ClusterInfo
 
 
 @dataclass
@@ -59,11 +60,13 @@ class ClusterResult:
         }
 
 
-def format_result(result: ClusterResult) -> str:
+def format_result(result: ClusterResult, cluster: ClusterInfo | None = None) -> str:
+    """The human-readable final report; ``cluster``: where the index is."""
     b = result.banding
     lines = [
         f"index {result.index}: {result.documents} documents, {result.strategy} strategy"
         + (", incremental" if result.incremental else ""),
+        *([f"  upstream           {cluster.describe()}"] if cluster else []),
         f"  threshold          {result.threshold:g} (resemblance; LSH {b.bands} bands × {b.rows} rows"
         + (f" + {len(b.extra_groups)} supershingle keys" if b.extra_groups else "") + ")",
         f"  fingerprinted      {result.fingerprinted}",

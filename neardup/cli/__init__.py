@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from neardup import __version__
 from neardup.cli import cluster, compare, copies, duplicates, enrich, index, load, proxy
+from neardup.cli.options import GLOBAL_KEYS, with_options
 from neardup.config import ConfigError, load_config
 from neardup.logs import JsonFormatter
 
@@ -45,6 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="overrides logging.level of the configuration",
     )
+    parser.add_argument(
+        "--upstream", metavar="URL", action="append",
+        help="an Elasticsearch node of the cluster to work on; repeat for several. Overrides "
+        "upstream.urls of the configuration (credentials stay upstream.username/password/api_key).",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         command.register(subparsers)
@@ -66,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        config = load_config(args.config)
+        config = with_options(load_config(args.config), args, GLOBAL_KEYS)
     except ConfigError as exc:
         print(f"neardup: {exc}", file=sys.stderr)
         return 2

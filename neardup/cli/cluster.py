@@ -20,6 +20,7 @@ from neardup.cli.options import (
     fail,
     positive,
     threshold,
+    with_cluster,
     with_flags,
 )
 from neardup.config import Config, collapse_settings_for
@@ -43,9 +44,9 @@ def cluster_command(args: argparse.Namespace, config: Config) -> int:
         mode=args.mode, incremental=args.incremental, report=args.report, title_fields=tuple(job.fields),
         workers=job.workers, batch_size=job.batch_size, memory_limit_mb=args.memory_limit,
         supershingles=not args.no_supershingles, rounds=not args.single_round, verify=args.verify)
-    check_upstream(config)
+    cluster = check_upstream(config)
     result = run_cluster(config, options)
-    print(json.dumps(result.to_dict()) if args.json else format_result(result))
+    print(json.dumps(with_cluster(result.to_dict(), cluster)) if args.json else format_result(result, cluster))
     return EXIT_DOCUMENTS_FAILED if result.stats.failed else EXIT_OK
 
 

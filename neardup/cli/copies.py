@@ -18,6 +18,7 @@ from neardup.cli.options import (
     clear_errors,
     positive,
     retrier,
+    with_cluster,
     with_flags,
 )
 from neardup.config import Config
@@ -59,7 +60,7 @@ def copies_command(args: argparse.Namespace, config: Config) -> int:
     options = CopiesOptions(
         index=args.index, fields=tuple(job.fields), min_share=settings.min_share, min_shared=settings.min_shared,
         max_df=settings.max_df, bloom=settings.bloom_params(), batch_size=job.batch_size, keep_alive=job.keep_alive)
-    check_upstream(config)
+    cluster = check_upstream(config)
     client = make_client(config.upstream)
     try:
         result = run_copies(client, retrier(config), Fingerprinter(config.fingerprint), options)
@@ -69,12 +70,13 @@ def copies_command(args: argparse.Namespace, config: Config) -> int:
     if args.json:
         for pair in shown:
             print(json.dumps(result.pair_dict(pair), ensure_ascii=False))
-        print(json.dumps({"summary": {**result.summary(), "listed": len(shown)}}, ensure_ascii=False))
+        print(json.dumps({"summary": with_cluster({**result.summary(), "listed": len(shown)}, cluster)},
+                         ensure_ascii=False))
     else:
         print(format_table(result, shown))
         if len(shown) < len(result.pairs):
             print(f"... {len(result.pairs) - len(shown):,} more pairs (--limit {args.limit})")
-        print(format_summary(result))
+        print(format_summary(result, cluster))
     return EXIT_OK
 
 

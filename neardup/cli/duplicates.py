@@ -14,6 +14,7 @@ from neardup.cli.options import (
     positive,
     retrier,
     similarity_settings,
+    with_cluster,
     with_flags,
 )
 from neardup.config import Config
@@ -27,7 +28,7 @@ from neardup.indexer.errors import EXIT_OK
 def duplicates_command(args: argparse.Namespace, config: Config) -> int:
     config = with_flags(args, config)
     threshold, mode = similarity_settings(args, config)
-    check_upstream(config)
+    cluster = check_upstream(config)
     client = make_client(config.upstream)
     try:
         result = find_duplicates(client, retrier(config), index=args.index, doc_id=args.id,
@@ -36,7 +37,8 @@ def duplicates_command(args: argparse.Namespace, config: Config) -> int:
                                  fields=tuple(config.indexer.fields), routing=args.routing)
     finally:
         client.close()
-    print(json.dumps(duplicates_json(result)) if args.json else format_duplicates(result))
+    print(json.dumps(with_cluster(duplicates_json(result), cluster)) if args.json
+          else format_duplicates(result, cluster))
     return EXIT_OK
 
 

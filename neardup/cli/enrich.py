@@ -21,8 +21,9 @@ def enrich_command(args: argparse.Namespace, config: Config) -> int:
     fields, fp = tuple(config.indexer.fields), fingerprinter(config)
     client = None
     extras: Extras | None = None
+    statistics = ""
     if config.tfidf.enabled and args.index:
-        check_upstream(config)
+        statistics = f"; TF-IDF statistics of {args.index} on {check_upstream(config).describe()}"
         client = make_client(config.upstream)
         tfidf = make_enricher(config, client, retrier(config), fp)
         extras = partial(vectors_of_lines, tfidf, args.index, fields=fields)
@@ -37,7 +38,7 @@ def enrich_command(args: argparse.Namespace, config: Config) -> int:
             source.close()
         if client is not None:
             client.close()
-    print(f"neardup enrich: {counts.describe()}", file=sys.stderr)
+    print(f"neardup enrich: {counts.describe()}{statistics}", file=sys.stderr)
     return EXIT_DOCUMENTS_FAILED if counts.bad else EXIT_OK
 
 

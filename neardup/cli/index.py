@@ -12,6 +12,7 @@ from neardup.cli.options import (
     check_upstream,
     clear_errors,
     fail,
+    with_cluster,
     with_flags,
 )
 from neardup.config import Config
@@ -33,13 +34,13 @@ def index_command(args: argparse.Namespace, config: Config) -> int:
         index=args.index, fields=tuple(job.fields), since=args.since, since_field=args.since_field,
         force=args.force, host_slice=host_slice, host_slices=host_slices,
         workers=job.workers, batch_size=job.batch_size)
-    check_upstream(config)
+    cluster = check_upstream(config)
     result = run_job(config, options)
     if args.json:
-        print(json.dumps({"index": args.index, "elapsed": round(result.elapsed, 3),
-                          "slices": result.slices, "stopped": result.stopped, **result.stats.to_dict()}))
+        print(json.dumps(with_cluster({"index": args.index, "elapsed": round(result.elapsed, 3), "slices": result.slices,
+                                       "stopped": result.stopped, **result.stats.to_dict()}, cluster)))
     else:
-        print(format_summary(result.stats, index=args.index, elapsed=result.elapsed))
+        print(format_summary(result.stats, index=args.index, elapsed=result.elapsed, cluster=cluster))
     if result.stopped:
         return fail(result.stopped)
     return EXIT_DOCUMENTS_FAILED if result.stats.failed else EXIT_OK

@@ -16,6 +16,7 @@ from neardup.cli.options import (
     positive,
     retrier,
     similarity_settings,
+    with_cluster,
     with_flags,
 )
 from neardup.config import Config, collapse_settings_for
@@ -38,7 +39,7 @@ def load_command(args: argparse.Namespace, config: Config) -> int:
                           batch_size=config.indexer.batch_size,
                           seed_threshold=collapse_settings_for(config.collapse, args.index)[1])
     source = open_input(args.file)
-    check_upstream(config)
+    cluster = check_upstream(config)
     client = make_client(config.upstream)
     try:
         documents = read_documents(source, args.format or format_of(args.file), args.file)
@@ -53,9 +54,9 @@ def load_command(args: argparse.Namespace, config: Config) -> int:
         if source is not sys.stdin.buffer:
             source.close()
     if args.json:
-        print(json.dumps({"index": args.index, **result.to_dict()}))
+        print(json.dumps(with_cluster({"index": args.index, **result.to_dict()}, cluster)))
     else:
-        print(format_load_summary(result, args.index))
+        print(format_load_summary(result, args.index, cluster))
     return EXIT_DOCUMENTS_FAILED if (result.failures.total or result.counts.bad) else EXIT_OK
 
 

@@ -22,12 +22,15 @@ from neardup.fingerprint import Fingerprinter
 from neardup.indexer.client import display_url
 from neardup.indexer.errors import EXIT_OK, EXIT_STOPPED, EXIT_USAGE, JobError, explain
 from neardup.indexer.retry import Retrier
-from neardup.upstream import UpstreamError
+from neardup.upstream import ClusterInfo, UpstreamError
 from neardup.upstream import check_upstream as check
 
 Handler = Callable[[argparse.Namespace, Config], int]
 #: ``register(subparsers)`` of a subcommand module.
 Subparsers = argparse._SubParsersAction
+
+#: The options before the subcommand that set a key of the configuration, for every command.
+GLOBAL_KEYS: dict[str, tuple[str, str]] = {"upstream": ("upstream", "urls")}
 
 #: The flags that set a key of the configuration, by argparse ``dest``: (section, key).
 FLAG_KEYS: dict[str, tuple[str, str]] = {
@@ -60,9 +63,15 @@ def clear_errors(handler: Handler) -> Handler:
     return wrapped
 
 
-def check_upstream(config: Config) -> None:
-    """Stop with one clear message when Elasticsearch cannot be reached (:mod:`neardup.upstream`)."""
-    check(config)
+def check_upstream(config: Config) -> ClusterInfo:
+    """Stop with one clear message when Elasticsearch cannot be reached (:mod:`neardup.upstream`);
+    else the cluster that answered, for the job's summary."""
+    return check(config)
+
+
+def with_cluster(summary: dict[str, Any], cluster: ClusterInfo) -> dict[str, Any]:
+    """A job's ``--json`` summary with ``"cluster": {"url", "engine", "version"}`` after its ``"index"``."""
+    return {"index": summary["index"], "cluster": cluster.to_dict(), **summary}
 
 
 def with_options(config: Config, args: argparse.Namespace, flags: dict[str, tuple[str, str]]) -> Config:

@@ -13,7 +13,7 @@ from neardup.tfidf_config import tfidf_version_of
 #: The options that set a key of the configuration, by argparse ``dest``: (section, key).
 PROXY_KEYS: dict[str, tuple[str, str]] = {
     "host": ("proxy", "host"), "port": ("proxy", "port"), "workers": ("proxy", "workers"),
-    "playground": ("proxy", "playground"), "upstream": ("upstream", "urls"),
+    "playground": ("proxy", "playground"),
 }
 
 
@@ -25,8 +25,10 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--host", help="address to listen on (proxy.host)")
     parser.add_argument("--port", type=int, help="port to listen on, 0 for any free one (proxy.port)")
     parser.add_argument("--workers", type=int, help="processes sharing the port (proxy.workers)")
-    parser.add_argument("--upstream", metavar="URL", action="append",
-                        help="an Elasticsearch node; repeat for several (upstream.urls)")
+    # The same key as `neardup --upstream URL proxy`; given here, these URLs replace those.
+    parser.add_argument("--upstream", metavar="URL", action="append", default=argparse.SUPPRESS,
+                        help="an Elasticsearch node; repeat for several (upstream.urls; the same as "
+                        "neardup --upstream URL before the command)")
     parser.add_argument("--playground", action="store_const", const=True, default=None,
                         help="serve the search playground page at /_neardup/ (proxy.playground)")
     parser.set_defaults(handler=run)
