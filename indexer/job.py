@@ -5,7 +5,7 @@ the text fields, the ``--since`` field) and only then puts the missing ``neardup
 sub-fields; starts one worker process per slice, shows progress, prints the summary.
 
 Worker process (one per Elasticsearch slice, see :mod:`neardup.indexer.query`): its own client, its
-own :class:`~fingerprint.Fingerprinter`, its own point in time. It counts its slice (for
+own :class:`~neardup.fingerprint.Fingerprinter`, its own point in time. It counts its slice (for
 the ETA) and the documents left out as already current, then reads pages with
 ``search_after``, fingerprints them and writes them back with conditional partial updates
 (:mod:`neardup.indexer.writer`). It reports counters to the parent after every page, stops after

@@ -1,6 +1,6 @@
 """TF-IDF vectors written by the indexer: ``neardup.tf``, the top-k vector of each document.
 
-Each fingerprinted document gets its top-k TF-IDF vector (:class:`fingerprint.tfidf.TfidfVector`,
+Each fingerprinted document gets its top-k TF-IDF vector (:class:`neardup.fingerprint.tfidf.TfidfVector`,
 version ``t1-…`` separate from the fingerprint's ``v``; weight ``tf · log(N / df)``, kept to the
 k largest, compared by cosine), weighted with the statistics of its index
 (:mod:`neardup.indexer.tfidf_stats`) *at the time it is enriched*, this batch included. Vectors are

@@ -1,4 +1,4 @@
-"""The ``[tfidf]`` configuration turned into the objects of :mod:`fingerprint.tfidf` (shell: reads
+"""The ``[tfidf]`` configuration turned into the objects of :mod:`neardup.fingerprint.tfidf` (shell: reads
 the synonym file).
 
 The indexer weighs documents with :func:`weigher_from_config`; the proxy only needs the version

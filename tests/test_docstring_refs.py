@@ -23,13 +23,13 @@ REFERENCE = re.compile(rf":(?:{ROLES}):`~?\.?([\w.]+)(?:\(\))?`|:(?:{ROLES}):`[^
 
 
 def _attribute_path(obj: Any, names: list[str]) -> bool:
-    for name in names:
+    for position, name in enumerate(names):
         if hasattr(obj, name):
             obj = getattr(obj, name)
         elif inspect.isclass(obj) and (name in getattr(obj, "__annotations__", {})
                                        or (dataclasses.is_dataclass(obj)
                                            and name in {f.name for f in dataclasses.fields(obj)})):
-            return True   # a field without a class-level default
+            return position == len(names) - 1   # a field without a class-level default ends the path
         else:
             return False
     return True
@@ -79,4 +79,7 @@ def test_a_reference_to_nothing_is_found():
     assert resolves(module, "str.casefold")
     assert not resolves(module, "fingerprint.hashing.minhash_batch")   # the bare folder name is not the package
     assert not resolves(module, "neardup.fingerprint.hashing.no_such_function")
+    config = importlib.import_module("neardup.config")
+    assert resolves(config, "Config.fingerprint")                # a field of the model
+    assert not resolves(config, "fingerprint.tfidf")             # not a path through that field
     assert REFERENCE.search(":class:`the window <~neardup.proxy.handlers.search_plan.Window>`")
