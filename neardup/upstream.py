@@ -1,6 +1,6 @@
 """Start-up check of the upstream Elasticsearch: reachable, and the credentials accepted.
 
-The indexer and the proxy call :func:`check_upstream` before doing anything else, so a
+The jobs call :func:`check_upstream` and the proxy :func:`check_reachable` before doing anything else, so a
 wrong ``upstream.urls``, a closed port, a TLS problem or rejected credentials stop start-up
 with one clear message instead of a traceback later. Each URL is asked for
 ``GET /_cluster/health`` with the configured credentials and TLS settings:
@@ -133,25 +133,44 @@ def cluster_info(client: Elasticsearch, url: str) -> ClusterInfo:
     return ClusterInfo(shown, "Elasticsearch", None)
 
 
-def check_upstream(config: Config | UpstreamConfig) -> ClusterInfo:
-    """Raise :class:`UpstreamError` naming ``upstream.urls``, each URL and its cause, unless
-    at least one configured node answers with the configured credentials; the first that does
-    is the cluster returned."""
+def _answering_client(config: Config | UpstreamConfig) -> tuple[Elasticsearch, str]:
+    """An open client of the first configured node that answers with the configured credentials,
+    and its URL; :class:`UpstreamError` naming ``upstream.urls``, each URL and its cause, if none
+    does. The caller closes the client."""
     upstream = config.upstream if isinstance(config, Config) else config
     failures: list[tuple[str, str]] = []
     for url in upstream.url_strings:
         client = Elasticsearch(url, **base_client_options(upstream))
         try:
             reason = probe(client, upstream)
-            if reason is None:
-                for failed_url, failed_reason in failures:
-                    log.warning("upstream.urls: %s is not usable: %s", failed_url, failed_reason)
-                return cluster_info(client, url)
-        finally:
+        except BaseException:
             client.close()
+            raise
+        if reason is None:
+            for failed_url, failed_reason in failures:
+                log.warning("upstream.urls: %s is not usable: %s", failed_url, failed_reason)
+            return client, url
+        client.close()
         failures.append((without_credentials(url), reason))
     lines = "\n  ".join(f"{url}: {reason}" for url, reason in failures)
     raise UpstreamError(f"upstream.urls: cannot use Elasticsearch at\n  {lines}")
+
+
+def check_reachable(config: Config | UpstreamConfig) -> None:
+    """Raise :class:`UpstreamError` unless at least one configured node answers with the
+    configured credentials (the proxy's start-up check: it does not need to know more)."""
+    client, _ = _answering_client(config)
+    client.close()
+
+
+def check_upstream(config: Config | UpstreamConfig) -> ClusterInfo:
+    """As :func:`check_reachable`, and then what the first node that answered is: the cluster a
+    job's summary names."""
+    client, url = _answering_client(config)
+    try:
+        return cluster_info(client, url)
+    finally:
+        client.close()
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from neardup.config import Config, split_host_port
 from neardup.proxy.app import create_app, create_ops_app
 from neardup.proxy.transport import errors
 from neardup.proxy.transport.errors import error_response
-from neardup.upstream import UpstreamError, check_upstream, without_credentials
+from neardup.upstream import UpstreamError, check_reachable, without_credentials
 
 log = logging.getLogger("neardup.proxy")
 
@@ -299,7 +299,7 @@ def _check_upstream(config: Config) -> None:
     for a secured cluster and only noted.
     """
     try:
-        check_upstream(config)
+        check_reachable(config)
     except UpstreamError as exc:
         level = logging.INFO if "no credentials" in str(exc) else logging.WARNING
         log.log(level, "%s (serving anyway; requests get 502 while no node answers)", exc)
