@@ -15,7 +15,6 @@ from neardup.cli.options import (
     Subparsers,
     add_field_option,
     add_index_job_options,
-    check_upstream,
     clear_errors,
     fail,
     positive,
@@ -28,6 +27,7 @@ from neardup.indexer.cluster.options import ClusterOptions
 from neardup.indexer.cluster.result import format_result
 from neardup.indexer.cluster.run import run_cluster
 from neardup.indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_USAGE
+from neardup.upstream import check_upstream
 
 
 @clear_errors

@@ -14,7 +14,6 @@ import json
 from neardup.cli.options import (
     Subparsers,
     add_index_job_options,
-    check_upstream,
     clear_errors,
     positive,
     retrier,
@@ -27,6 +26,7 @@ from neardup.fingerprint.copies import check_min_share
 from neardup.indexer.client import make_client
 from neardup.indexer.copies import CopiesOptions, format_summary, format_table, run_copies
 from neardup.indexer.errors import EXIT_OK
+from neardup.upstream import check_upstream
 
 
 def _share(text: str) -> float:

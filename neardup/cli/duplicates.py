@@ -9,7 +9,6 @@ from neardup.cli.options import (
     Subparsers,
     add_field_option,
     add_similarity_options,
-    check_upstream,
     clear_errors,
     positive,
     retrier,
@@ -22,6 +21,7 @@ from neardup.fingerprint import scheme_version
 from neardup.indexer.client import make_client
 from neardup.indexer.duplicates import duplicates_json, find_duplicates, format_duplicates
 from neardup.indexer.errors import EXIT_OK
+from neardup.upstream import check_upstream
 
 
 @clear_errors

@@ -6,13 +6,14 @@ import argparse
 import sys
 from functools import partial
 
-from neardup.cli.options import Subparsers, add_field_option, check_upstream, clear_errors, fingerprinter, retrier, with_flags
+from neardup.cli.options import Subparsers, add_field_option, clear_errors, fingerprinter, retrier, with_flags
 from neardup.config import Config
 from neardup.indexer.client import make_client
 from neardup.indexer.enrich_stream import Extras, enrich_stream
 from neardup.indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK
 from neardup.indexer.jsonlines import open_input
 from neardup.indexer.tfidf_vectors import make_enricher, vectors_of_lines
+from neardup.upstream import check_upstream
 
 
 @clear_errors

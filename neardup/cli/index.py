@@ -9,7 +9,6 @@ from neardup.cli.options import (
     Subparsers,
     add_field_option,
     add_index_job_options,
-    check_upstream,
     clear_errors,
     fail,
     with_cluster,
@@ -20,6 +19,7 @@ from neardup.indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_USAGE
 from neardup.indexer.job import IndexOptions, run_job
 from neardup.indexer.query import parse_slice
 from neardup.indexer.stats import format_summary
+from neardup.upstream import check_upstream
 
 
 @clear_errors

@@ -10,7 +10,6 @@ from neardup.cli.options import (
     Subparsers,
     add_field_option,
     add_similarity_options,
-    check_upstream,
     clear_errors,
     fingerprinter,
     positive,
@@ -27,6 +26,7 @@ from neardup.indexer.jsonlines import open_input
 from neardup.indexer.load import Loader, LoadOptions, OnDuplicate, format_load_summary
 from neardup.indexer.progress import Progress
 from neardup.indexer.tfidf_vectors import make_enricher
+from neardup.upstream import check_upstream
 
 
 @clear_errors

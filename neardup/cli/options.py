@@ -23,7 +23,6 @@ from neardup.indexer.client import display_url
 from neardup.indexer.errors import EXIT_OK, EXIT_STOPPED, EXIT_USAGE, JobError, explain
 from neardup.indexer.retry import Retrier
 from neardup.upstream import ClusterInfo, UpstreamError
-from neardup.upstream import check_upstream as check
 
 Handler = Callable[[argparse.Namespace, Config], int]
 #: ``register(subparsers)`` of a subcommand module.
@@ -61,12 +60,6 @@ def clear_errors(handler: Handler) -> Handler:
         except BrokenPipeError:
             return EXIT_OK  # the reader of our output went away (e.g. `| head`)
     return wrapped
-
-
-def check_upstream(config: Config) -> ClusterInfo:
-    """Stop with one clear message when Elasticsearch cannot be reached (:mod:`neardup.upstream`);
-    else the cluster that answered, for the job's summary."""
-    return check(config)
 
 
 def with_cluster(summary: dict[str, Any], cluster: ClusterInfo) -> dict[str, Any]:
