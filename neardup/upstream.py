@@ -1,4 +1,4 @@
-"""Start-up check of the upstream Elasticsearch: reachable, and the credentials accepted.
+"""Start-up check of the upstream cluster: reachable, the credentials accepted, and which engine it is.
 
 The jobs call :func:`check_upstream` and the proxy :func:`check_reachable` before doing anything else, so a
 wrong ``upstream.urls``, a closed port, a TLS problem or rejected credentials stop start-up
@@ -10,26 +10,26 @@ with one clear message instead of a traceback later. Each URL is asked for
 * no connection, TLS failure, timeout or a 5xx: the node is unreachable.
 
 At least one URL must be ok; the others are logged as warnings (a cluster keeps serving
-while one node is down). The node that answered is then asked what it is (:class:`ClusterInfo`),
-so a job's summary can name the cluster it worked on.
+while one node is down). The node that answered is then asked what it is (:class:`ClusterInfo`):
+Elasticsearch or OpenSearch, and its version, so a job talks to it through that engine's own
+client and its summary can name the cluster it worked on.
+
+These requests go through the transport of the official client (``elastic_transport``) with plain
+``application/json``: it is the one layer that talks to either engine before the engine is known
+(the Elasticsearch client itself refuses a server that is not Elasticsearch).
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from elasticsearch import (
-    ApiError,
-    AuthenticationException,
-    AuthorizationException,
-    ConnectionTimeout,
-    Elasticsearch,
-    TransportError,
-)
+from elastic_transport import ConnectionTimeout, TransportError
+from elasticsearch import Elasticsearch
 
 from neardup.config import Config, UpstreamConfig
 
@@ -84,22 +84,43 @@ def _cause(exc: Exception, timeout: float) -> str:
     return text if len(text) <= 300 else text[:300] + "..."
 
 
+#: Plain JSON both ways: every engine and version takes it (``compatible-with`` is Elasticsearch's).
+_PLAIN_JSON = {"accept": "application/json"}
+
+
+def auth_headers(upstream: UpstreamConfig) -> dict[str, str]:
+    """The ``Authorization`` header of the configured credentials (credentials in a URL are the
+    transport's own: it sends them for that node)."""
+    if upstream.api_key:
+        return {"authorization": f"ApiKey {upstream.api_key}"}
+    if upstream.username:
+        token = base64.b64encode(f"{upstream.username}:{upstream.password}".encode()).decode()
+        return {"authorization": f"Basic {token}"}
+    return {}
+
+
+def _get(client: Elasticsearch, path: str, upstream: UpstreamConfig | None) -> tuple[int, Any]:
+    """``GET path`` through the client's transport: status and parsed body (no product check)."""
+    auth = auth_headers(upstream) if upstream else {}
+    response = client.transport.perform_request("GET", path, headers={**_PLAIN_JSON, **auth})
+    return response.meta.status, response.body
+
+
 def probe(client: Elasticsearch, upstream: UpstreamConfig) -> str | None:
     """``None`` if the node of ``client`` answers and accepts the credentials, else the reason."""
     try:
-        client.cluster.health()
+        status, body = _get(client, "/_cluster/health", upstream)
+    except TransportError as exc:
+        return _cause(exc, base_client_options(upstream)["request_timeout"])
+    if status < 300 or status == 403:   # 403: authenticated, without the monitor privilege
         return None
-    except AuthorizationException:
-        return None
-    except AuthenticationException:
+    if status == 401:
         who = "upstream.api_key" if upstream.api_key else (
             f"upstream.username = {upstream.username!r}" if upstream.username else "no credentials")
         return f"credentials rejected (HTTP 401) with {who}"
-    except ApiError as exc:
-        detail = exc.message if exc.message and exc.message != "None" else "is it Elasticsearch?"
-        return f"answered HTTP {exc.meta.status} to GET /_cluster/health ({detail})"
-    except TransportError as exc:
-        return _cause(exc, base_client_options(upstream)["request_timeout"])
+    error = body.get("error") if isinstance(body, dict) else None
+    detail = (error.get("reason") if isinstance(error, dict) else error) or "is it Elasticsearch or OpenSearch?"
+    return f"answered HTTP {status} to GET /_cluster/health ({detail})"
 
 
 def engine_of(version: dict[str, Any]) -> str:
@@ -110,34 +131,37 @@ def engine_of(version: dict[str, Any]) -> str:
     return "Elasticsearch Serverless" if version.get("build_flavor") == "serverless" else "Elasticsearch"
 
 
-def cluster_info(client: Elasticsearch, url: str) -> ClusterInfo:
+def cluster_info(client: Elasticsearch, url: str, upstream: UpstreamConfig | None = None) -> ClusterInfo:
     """What the node of ``client`` (at ``url``) is: ``GET /``, else ``GET /_nodes/_local`` (a
     node without the root endpoint, such as Elasticsearch's integ-test distribution, answers
     ``GET /`` with 405), else the version is unknown (e.g. no ``monitor`` privilege)."""
     shown = without_credentials(url)
-    try:
-        version = client.info(filter_path="version").body.get("version") or {}
-        if version.get("number"):
-            return ClusterInfo(shown, engine_of(version), str(version["number"]))
-    except (ApiError, TransportError) as exc:
-        log.debug("GET / of %s: %s", shown, exc)
-    try:
-        nodes = client.nodes.info(node_id="_local", metric="_none",
-                                  filter_path="nodes.*.version,nodes.*.build_flavor").body.get("nodes") or {}
-    except (ApiError, TransportError) as exc:
-        log.debug("GET /_nodes/_local of %s: %s", shown, exc)
-        nodes = {}
-    for node in nodes.values():
-        if node.get("version"):
-            return ClusterInfo(shown, engine_of(node), str(node["version"]))
+    for path in ("/?filter_path=version", "/_nodes/_local?filter_path=nodes.*.version,nodes.*.build_flavor"):
+        try:
+            status, body = _get(client, path, upstream)
+        except TransportError as exc:
+            log.debug("GET %s of %s: %s", path, shown, exc)
+            continue
+        if status >= 300 or not isinstance(body, dict):
+            log.debug("GET %s of %s: HTTP %s", path, shown, status)
+            continue
+        versions = [body.get("version") or {}] if "nodes" not in body else list(body["nodes"].values())
+        for version in versions:
+            number = version.get("number") if "number" in version else version.get("version")
+            if number:
+                return ClusterInfo(shown, engine_of(version), str(number))
     return ClusterInfo(shown, "Elasticsearch", None)
+
+
+def upstream_of(config: Config | UpstreamConfig) -> UpstreamConfig:
+    return config.upstream if isinstance(config, Config) else config
 
 
 def _answering_client(config: Config | UpstreamConfig) -> tuple[Elasticsearch, str]:
     """An open client of the first configured node that answers with the configured credentials,
     and its URL; :class:`UpstreamError` naming ``upstream.urls``, each URL and its cause, if none
     does. The caller closes the client."""
-    upstream = config.upstream if isinstance(config, Config) else config
+    upstream = upstream_of(config)
     failures: list[tuple[str, str]] = []
     for url in upstream.url_strings:
         client = Elasticsearch(url, **base_client_options(upstream))
@@ -168,7 +192,7 @@ def check_upstream(config: Config | UpstreamConfig) -> ClusterInfo:
     job's summary names."""
     client, url = _answering_client(config)
     try:
-        return cluster_info(client, url)
+        return cluster_info(client, url, upstream_of(config))
     finally:
         client.close()
 
@@ -181,6 +205,16 @@ class ClusterInfo:
     url: str
     engine: str
     version: str | None
+
+    @property
+    def is_opensearch(self) -> bool:
+        return self.engine == "OpenSearch"
+
+    @property
+    def major(self) -> int | None:
+        """The major version (``9`` of ``9.5.4``); None when the node would not say."""
+        head = (self.version or "").split(".", 1)[0]
+        return int(head) if head.isdigit() else None
 
     def describe(self) -> str:
         """``Elasticsearch 8.19.21 at http://127.0.0.1:9200``."""

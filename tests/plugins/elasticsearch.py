@@ -1,11 +1,17 @@
-"""The real Elasticsearch server for the test suite (never mocked).
+"""The real cluster for the test suite, Elasticsearch or OpenSearch (never mocked).
 
 Fixtures (session scoped):
 
 * ``es_url`` (str): base URL of a node with security off. ``$NEARDUP_TEST_ES_URL`` when set
   (``make test`` starts one node and sets it); otherwise this plugin starts a node with
-  ``scripts/es`` on a free port for the session and stops it at the end.
-* ``es``: an :class:`elasticsearch.Elasticsearch` client for ``es_url``.
+  ``scripts/es`` on a free port for the session and stops it at the end (the engine and version
+  of ``scripts/es``: ``$NEARDUP_ES_ENGINE``, ``$NEARDUP_ES_VERSION``).
+* ``engine`` (:class:`neardup.upstream.ClusterInfo`): what that node is, asked of the node itself;
+  tests whose results differ by engine assert per engine with it.
+* ``es``: the engine's own official client for ``es_url``: :class:`elasticsearch.Elasticsearch`
+  or :class:`opensearchpy.OpenSearch`. Tests that run on both use the calls both clients take:
+  ``body=`` rather than the Elasticsearch client's body fields as keywords. (elasticsearch-py
+  talks to its own major and newer servers only: an 8.x server needs elasticsearch-py 8.)
 * ``secure_es`` (:class:`EsEndpoint`): a second node with x-pack security on and HTTP basic
   authentication (``url``, ``username``, ``password``, ``client()``), started only when a
   test asks for it; or ``$NEARDUP_TEST_SECURE_ES_URL`` with credentials in the URL
@@ -29,10 +35,13 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import pytest
 from elasticsearch import Elasticsearch
+
+from neardup.upstream import ClusterInfo, cluster_info
 
 ROOT = Path(__file__).resolve().parents[2]
 ES_SCRIPT = ROOT / "scripts" / "es"
@@ -48,7 +57,7 @@ ENV_TLS_CA = "NEARDUP_TEST_TLS_ES_CA"
 #: Seconds for ``scripts/es start``: the first run on a machine downloads the server.
 START_TIMEOUT = 900
 REACHABLE_TIMEOUT = 60
-ES_FIXTURES = frozenset({"es_url", "es", "secure_es", "tls_es"})
+ES_FIXTURES = frozenset({"es_url", "es", "engine", "secure_es", "tls_es"})
 
 
 @dataclass(frozen=True)
@@ -82,9 +91,16 @@ class EsEndpoint:
         return Elasticsearch(self.url, **options)
 
 
-def _run_es_script(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+def _run_es_script(*args: str, timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(ES_SCRIPT), *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)
+                          timeout=timeout, check=False, env=env)
+
+
+def _secured_node_env() -> dict[str, str]:
+    """The environment for a node with security on: always ``scripts/es``'s default Elasticsearch
+    (the test distributions of OpenSearch carry no security plugin), whatever engine the suite's
+    own node is."""
+    return {k: v for k, v in os.environ.items() if k not in ("NEARDUP_ES_ENGINE", "NEARDUP_ES_VERSION")}
 
 
 def _status(home: Path) -> dict[str, str]:
@@ -102,7 +118,8 @@ class StartedNode:
         try:
             result = _run_es_script("start", "--port", "auto", "--home", str(self.home),
                                     "--security", security, "--heap", heap, "--fresh",
-                                    timeout=START_TIMEOUT)
+                                    timeout=START_TIMEOUT,
+                                    env=None if security == "off" else _secured_node_env())
         except subprocess.TimeoutExpired as exc:
             self.stop()
             pytest.fail(f"scripts/es start --security {security} did not finish within "
@@ -166,9 +183,31 @@ def es_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def es(es_url: str) -> Iterator[Elasticsearch]:
-    """Synchronous official client for ``es_url``."""
-    client = Elasticsearch(es_url, request_timeout=60)
+def engine(es_url: str) -> ClusterInfo:
+    """The engine and version of the node at ``es_url``, as the node reports them."""
+    client = Elasticsearch(es_url, request_timeout=30)
+    try:
+        info = cluster_info(client, es_url)
+    finally:
+        client.close()
+    if info.major is None:
+        pytest.fail(f"the node at {es_url} did not say which engine and version it is", pytrace=False)
+    return info
+
+
+def engine_client(url: str, info: ClusterInfo, **options: Any) -> Any:
+    """The official client of ``info``'s engine for ``url`` (``request_timeout`` in seconds)."""
+    timeout = options.pop("request_timeout", 60)
+    if info.is_opensearch:
+        from opensearchpy import OpenSearch
+        return OpenSearch(url, timeout=timeout, **options)
+    return Elasticsearch(url, request_timeout=timeout, **options)
+
+
+@pytest.fixture(scope="session")
+def es(es_url: str, engine: ClusterInfo) -> Iterator[Any]:
+    """Synchronous official client of the node's engine for ``es_url``."""
+    client = engine_client(es_url, engine)
     yield client
     client.close()
 
@@ -212,4 +251,4 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_report_header() -> str:
     given = os.environ.get(ENV_URL)
     where = EsEndpoint.from_url(given).url if given else "started by scripts/es when needed"
-    return f"elasticsearch: {where}"
+    return f"cluster: {where}"
