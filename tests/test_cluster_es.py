@@ -15,13 +15,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from elasticsearch import Elasticsearch, helpers
+from elasticsearch import Elasticsearch
 
 from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams, estimated_resemblance, scheme_version
 from neardup.fingerprint.clustering import ClusterParams, assign_ids, cluster_signatures, single_link_exact
 from neardup.fingerprint.lsh import choose_banding, key_strings
 from neardup.indexer.cluster.documents import stored_values, usable_signature
 from neardup.indexer.cluster.meta import META_KEY
+from tests.cluster_support import bulk, delete_index, mappings, scan
 from tests.plugins.corpora import bulk_load, run_neardup
 
 PARAMS = FingerprintParams()
@@ -29,23 +30,24 @@ VERSION = scheme_version(PARAMS)
 THRESHOLD = 0.8
 
 
-def copy_index(es: Elasticsearch, source: str, name: str, ids: Sequence[str] | None = None) -> str:
+def copy_index(es: Any, source: str, name: str, ids: Sequence[str] | None = None) -> str:
     """A copy of ``source`` (2 shards, same mapping) with the fingerprints but without cluster values."""
-    mappings = es.indices.get_mapping(index=source)[source]["mappings"]
-    mappings.pop("_meta", None)
+    mapping = mappings(es, source)
+    mapping.pop("_meta", None)
     for extra in ("cluster", "bands"):
-        mappings.get("properties", {}).get(FIELD, {}).get("properties", {}).pop(extra, None)
-    es.indices.create(index=name, settings={"number_of_shards": 2, "number_of_replicas": 0}, mappings=mappings)
+        mapping.get("properties", {}).get(FIELD, {}).get("properties", {}).pop(extra, None)
+    es.indices.create(index=name, body={"settings": {"number_of_shards": 2, "number_of_replicas": 0},
+                                        "mappings": mapping})
     query = {"query": {"ids": {"values": list(ids)}}} if ids is not None else {"query": {"match_all": {}}}
 
     def actions() -> Iterator[dict[str, Any]]:
-        for hit in helpers.scan(es, index=source, query=query, size=2000):
+        for hit in scan(es, source, query, size=2000):
             doc = hit["_source"]
             if isinstance(doc.get(FIELD), dict):
                 doc[FIELD] = {k: v for k, v in doc[FIELD].items() if k not in ("cluster", "bands")}
             yield {"_index": name, "_id": hit["_id"], "_source": doc}
 
-    helpers.bulk(es.options(request_timeout=300), actions(), chunk_size=2000)
+    bulk(es, actions(), chunk_size=2000)
     es.indices.refresh(index=name)
     return name
 
@@ -58,10 +60,9 @@ def cluster(es_url: str, index: str, *args: str) -> dict[str, Any]:
     return json.loads(result.stdout)
 
 
-def documents(es: Elasticsearch, index: str) -> dict[str, dict[str, Any]]:
+def documents(es: Any, index: str) -> dict[str, dict[str, Any]]:
     """_id -> neardup object (or {}) of every document."""
-    return {hit["_id"]: (hit["_source"].get(FIELD) or {}) for hit in helpers.scan(
-        es, index=index, query={"query": {"match_all": {}}}, _source=[FIELD], size=5000)}
+    return {hit["_id"]: (hit["_source"].get(FIELD) or {}) for hit in scan(es, index, _source=[FIELD], size=5000)}
 
 
 def expected_ids(docs: dict[str, dict[str, Any]]) -> tuple[dict[str, str], np.ndarray, np.ndarray, list[str]]:
@@ -81,12 +82,12 @@ def expected_ids(docs: dict[str, dict[str, Any]]) -> tuple[dict[str, str], np.nd
 
 
 @pytest.fixture(scope="module")
-def clustered(es: Elasticsearch, es_url: str, reuters_index: str) -> Iterator[tuple[str, dict[str, Any]]]:
+def clustered(es: Any, es_url: str, reuters_index: str) -> Iterator[tuple[str, dict[str, Any]]]:
     name = copy_index(es, reuters_index, f"cluster-reuters-{uuid.uuid4().hex[:8]}")
     try:
         yield name, cluster(es_url, name)
     finally:
-        es.options(ignore_status=404).indices.delete(index=name)
+        delete_index(es, name)
 
 
 def test_every_document_gets_the_cluster_the_pure_functions_give(es, clustered):
@@ -143,10 +144,10 @@ def test_linked_members_are_similar_and_keys_are_stored(es, clustered):
 
 def test_meta_records_what_the_clusters_were_built_for(es, clustered):
     index, summary = clustered
-    meta = es.indices.get_mapping(index=index)[index]["mappings"]["_meta"][META_KEY]
+    meta = mappings(es, index)["_meta"][META_KEY]
     assert meta["state"] == "ready" and meta["threshold"] == THRESHOLD and meta["mode"] == "resemblance"
     assert meta["version"] == VERSION and meta["clusters"] == summary["clusters"]
-    mapping = es.indices.get_mapping(index=index)[index]["mappings"]["properties"][FIELD]["properties"]
+    mapping = mappings(es, index)["properties"][FIELD]["properties"]
     assert mapping["cluster"] == {"type": "keyword"} and mapping["bands"] == {"type": "keyword"}
 
 
@@ -172,7 +173,7 @@ def test_aggregate_mode_gives_the_same_ids_as_memory_mode(es, es_url, reuters_in
                {k: d["cluster"] for k, d in documents(es, memory).items()}
         assert cluster(es_url, aggregate, "--mode", "aggregate")["updated"] == 0
     finally:
-        es.options(ignore_status=404).indices.delete(index=f"{memory},{aggregate}")
+        delete_index(es, f"{memory},{aggregate}")
 
 
 # --- incremental -------------------------------------------------------------------------------------
@@ -242,7 +243,7 @@ def test_incremental_joins_merges_and_equals_a_full_run(es, es_url, reuters_inde
         full = cluster(es_url, name)
         assert full["updated"] == 0 and full["clusters"] == first["clusters"] - 1
     finally:
-        es.options(ignore_status=404).indices.delete(index=name)
+        delete_index(es, name)
 
 
 def test_incremental_needs_a_full_run_with_the_same_threshold(es, es_url, reuters_index, reuters_docs):
@@ -256,7 +257,7 @@ def test_incremental_needs_a_full_run_with_the_same_threshold(es, es_url, reuter
         assert result.returncode == 3 and "threshold 0.8" in result.stderr.decode()
         assert b"Traceback" not in result.stderr
     finally:
-        es.options(ignore_status=404).indices.delete(index=name)
+        delete_index(es, name)
 
 
 def test_missing_index_is_one_clear_message(es_url):
@@ -275,11 +276,12 @@ def test_a_document_changed_meanwhile_is_not_overwritten(es, es_url):
 
     name = f"cluster-conflict-{uuid.uuid4().hex[:8]}"
     fp = Fingerprinter(PARAMS)
-    es.index(index=name, id="1", document={"body": "first text", FIELD: fp.fingerprint("first text").to_source()},
+    es.index(index=name, id="1", body={"body": "first text", FIELD: fp.fingerprint("first text").to_source()},
              refresh=True)
     hit = es.get(index=name, id="1")
     token = stored_values(hit["_source"]).token
-    es.update(index=name, id="1", doc={"body": "second", FIELD: fp.fingerprint("a new text").to_source()}, refresh=True)
+    es.update(index=name, id="1", body={"doc": {"body": "second", FIELD: fp.fingerprint("a new text").to_source()}},
+              refresh=True)
     try:
         stats = JobStats()
         want = Planned("1", ("00",), token)
@@ -289,7 +291,7 @@ def test_a_document_changed_meanwhile_is_not_overwritten(es, es_url):
         assert updater.changed_meanwhile == 1 and stats.conflicts_retried == 1 and stats.updated == 0
         assert "cluster" not in es.get(index=name, id="1")["_source"][FIELD]
     finally:
-        es.options(ignore_status=404).indices.delete(index=name)
+        delete_index(es, name)
 
 
 # --- report in a real browser ------------------------------------------------------------------------
@@ -306,7 +308,7 @@ def test_report_renders_in_headless_chromium(es, es_url, reuters_index, reuters_
     name = copy_index(es, reuters_index, f"cluster-report-{uuid.uuid4().hex[:8]}",
                       [d["id"] for d in reuters_docs[:3000]])
     evil = '<script>document.title="pwned"</script><b>bold</b>'
-    es.index(index=name, id="evil", document={"title": evil, "body": reuters_docs[15]["body"]}, refresh=True)
+    es.index(index=name, id="evil", body={"title": evil, "body": reuters_docs[15]["body"]}, refresh=True)
     try:
         assert run_neardup(["index", "--index", name], es_url).returncode == 0
         report = tmp_path / "report.html"
@@ -330,7 +332,7 @@ def test_report_renders_in_headless_chromium(es, es_url, reuters_index, reuters_
                              capture_output=True, text=True, timeout=120, check=False)
         assert run.returncode == 0 and shot.stat().st_size > 10_000
     finally:
-        es.options(ignore_status=404).indices.delete(index=name)
+        delete_index(es, name)
 
 
 # --- native collapse on the clusters (the proxy's push-down, proxy/pushdown.py) ------------------------
@@ -342,16 +344,16 @@ def test_pushdown_pages_give_the_groups_the_cluster_ids_say(es, clustered):
     metas = {name: value["mappings"].get("_meta") for name, value in es.indices.get_mapping(index=index).items()}
     assert clusters_match(metas, THRESHOLD, "resemblance", VERSION)
     assert not clusters_match(metas, 0.85, "resemblance", VERSION)
-    assert es.count(index=index, query=missing_clusters_query())["count"] == 0
+    assert es.count(index=index, body={"query": missing_clusters_query()})["count"] == 0
     clusters = {k: d["cluster"] for k, d in documents(es, index).items()}
     query = {"match": {"body": "oil prices"}}
-    expected_groups = es.search(index=index, size=0, query=query, aggs={"g": {"terms": {
-        "field": "neardup.cluster", "size": 10000}}})["aggregations"]["g"]["buckets"]
+    expected_groups = es.search(index=index, body={"size": 0, "query": query, "aggs": {"g": {"terms": {
+        "field": "neardup.cluster", "size": 10000}}}})["aggregations"]["g"]["buckets"]
     matching = {b["key"]: b["doc_count"] for b in expected_groups}
     seen: set[str] = set()
     for page in range(20):
         body = {"query": query, "_source": ["title"]}
-        answer = es.search(index=index, **pushdown_body(body, page * 10, 10, inner_size=5)).body
+        answer = dict(es.search(index=index, body=pushdown_body(body, page * 10, 10, inner_size=5)))
         response = pushdown_response(answer, body, THRESHOLD, "resemblance")
         hits = response["hits"]["hits"]
         assert len(hits) == 10

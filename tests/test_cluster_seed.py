@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from elasticsearch import Elasticsearch, helpers
+from elasticsearch import Elasticsearch
 
 from neardup.config import Config, load_config
 from neardup.corpora import reuters_documents
@@ -39,6 +39,7 @@ from neardup.indexer.retry import Retrier
 from neardup.indexer.stats import JobStats
 from neardup.indexer.writer import BulkUpdater
 from neardup.proxy.handlers.native_collapse import missing_clusters_query
+from tests.cluster_support import bulk, delete_index, mappings, scan
 from tests.plugins.corpora import neardup_json
 from tests.test_cluster_es import copy_index
 
@@ -100,20 +101,20 @@ def test_no_seeds_once_the_index_has_clusters():
 # --- real Elasticsearch ------------------------------------------------------------------------------
 
 @pytest.fixture
-def new_index(es: Elasticsearch) -> Iterator[Callable[..., str]]:
+def new_index(es: Any) -> Iterator[Callable[..., str]]:
     names: list[str] = []
 
     def make(docs: list[dict[str, Any]] | None = None) -> str:
         name = f"cluster-seed-{uuid.uuid4().hex[:8]}"
         names.append(name)
-        es.indices.create(index=name, settings={"number_of_shards": 2, "number_of_replicas": 0})
+        es.indices.create(index=name, body={"settings": {"number_of_shards": 2, "number_of_replicas": 0}})
         if docs:
-            helpers.bulk(es, ({"_index": name, "_id": d["id"], "_source": d} for d in docs), refresh=True)
+            bulk(es, ({"_index": name, "_id": d["id"], "_source": d} for d in docs), refresh=True)
         return name
 
     yield make
     for name in names:
-        es.options(ignore_status=404).indices.delete(index=name)
+        delete_index(es, name)
 
 
 @pytest.fixture
@@ -129,16 +130,15 @@ def client(config: Config) -> Iterator[Elasticsearch]:
     made.close()
 
 
-def values(es: Elasticsearch, index: str) -> dict[str, dict[str, Any]]:
-    return {hit["_id"]: hit["_source"].get(FIELD) or {}
-            for hit in helpers.scan(es, index=index, _source=[FIELD], query={"query": {"match_all": {}}})}
+def values(es: Any, index: str) -> dict[str, dict[str, Any]]:
+    return {hit["_id"]: hit["_source"].get(FIELD) or {} for hit in scan(es, index, _source=[FIELD])}
 
 
-def index_with_cluster_fields(es: Elasticsearch, new_index: Callable[..., str], docs: list[dict[str, Any]]) -> str:
+def index_with_cluster_fields(es: Any, new_index: Callable[..., str], docs: list[dict[str, Any]]) -> str:
     """A new index holding ``docs``, with ``neardup.cluster``/``bands`` mapped as the seeds need."""
     index = new_index(docs)
-    es.indices.put_mapping(index=index, properties={FIELD: {"properties": {
-        "cluster": {"type": "keyword"}, "bands": {"type": "keyword"}}}})
+    es.indices.put_mapping(index=index, body={"properties": {FIELD: {"properties": {
+        "cluster": {"type": "keyword"}, "bands": {"type": "keyword"}}}}})
     return index
 
 
@@ -150,8 +150,8 @@ def seeded_updater(client: Any, retrier: Retrier, index: str) -> tuple[Seeder, B
     return seeder, BulkUpdater(client, retrier, fingerprint_function(FIELDS, FP), FIELDS, 3, stats, seeder), stats
 
 
-def put_clusters_meta(es: Elasticsearch, index: str, state: str = "building") -> None:
-    es.indices.put_mapping(index=index, meta={META_KEY: {"state": state}})
+def put_clusters_meta(es: Any, index: str, state: str = "building") -> None:
+    es.indices.put_mapping(index=index, body={"_meta": {META_KEY: {"state": state}}})
 
 
 @pytest.mark.es
@@ -161,12 +161,12 @@ def test_index_writes_seeds_and_the_first_run_writes_only_the_joining_members(es
     index = new_index(docs)
     neardup_json(es, es_url, "index", "--index", index)
     seeded = values(es, index)
-    mapping = es.indices.get_mapping(index=index)[index]["mappings"]["properties"][FIELD]["properties"]
+    mapping = mappings(es, index)["properties"][FIELD]["properties"]
     assert mapping["cluster"] == mapping["bands"] == {"type": "keyword"}
     assert all(v["cluster"] == doc_id and len(v["bands"]) > 0 for doc_id, v in seeded.items())
     # a document without a seed (fingerprinted by another program, say) whose key is the smallest
     # of its cluster: the cluster's id is still its key, as without seeds
-    es.update(index=index, id="s00", doc={FIELD: {"cluster": None, "bands": None}}, refresh=True)
+    es.update(index=index, id="s00", body={"doc": {FIELD: {"cluster": None, "bands": None}}}, refresh=True)
 
     plain = f"{index}-plain"
     try:
@@ -183,17 +183,17 @@ def test_index_writes_seeds_and_the_first_run_writes_only_the_joining_members(es
         passes = 2 if mode == "aggregate" else 1  # aggregate writes the keys, then the ids
         assert reference["updated"] == passes * len(docs) and summary["updated"] == joined + passes
         assert summary["failed"] == 0 and summary["clusters"] == reference["clusters"]
-        meta = es.indices.get_mapping(index=index)[index]["mappings"]["_meta"][META_KEY]
+        meta = mappings(es, index)["_meta"][META_KEY]
         assert meta["state"] == "ready"
     finally:
-        es.options(ignore_status=404).indices.delete(index=plain)
+        delete_index(es, plain)
 
     # once clustered, a new document gets no seed: it is "new" until an incremental run places it
-    es.index(index=index, id="late", document={"id": "late", "title": docs[5]["title"], "body": docs[5]["body"]},
+    es.index(index=index, id="late", body={"id": "late", "title": docs[5]["title"], "body": docs[5]["body"]},
              refresh=True)
     neardup_json(es, es_url, "index", "--index", index)
     assert "cluster" not in values(es, index)["late"]
-    assert es.count(index=index, query=missing_clusters_query())["count"] == 1
+    assert es.count(index=index, body={"query": missing_clusters_query()})["count"] == 1
     placed = neardup_json(es, es_url, "cluster", "--index", index, "--threshold", str(THRESHOLD), "--incremental")
     assert placed["new_documents"] == 1 and values(es, index)["late"]["cluster"] == "s05"
 
@@ -215,9 +215,9 @@ def test_load_writes_seeds_only_while_the_index_has_no_clusters(es, es_url, new_
         assert summary["updated"] == sum(1 for k, v in final.items() if v["cluster"] != k) >= 3
         # loaded again into the clustered index: replaced without cluster values
         neardup_json(es, es_url, "load", "--index", index, str(source))
-        assert es.count(index=index, query=missing_clusters_query())["count"] == len(docs)
+        assert es.count(index=index, body={"query": missing_clusters_query()})["count"] == len(docs)
     finally:
-        es.options(ignore_status=404).indices.delete(index=index)
+        delete_index(es, index)
 
 
 class Interposed:
@@ -260,8 +260,8 @@ def test_seeds_are_withdrawn_when_clusters_appear_between_the_check_and_the_ackn
     def meanwhile() -> None:
         # another writer touches s00 (the seed stays), a cluster run "writes" s01, then a cluster
         # job starts: it records `building` and opens its point in time
-        es.update(index=index, id="s00", doc={"note": 1})
-        es.update(index=index, id="s01", doc={FIELD: {"cluster": "s09"}})
+        es.update(index=index, id="s00", body={"doc": {"note": 1}})
+        es.update(index=index, id="s01", body={"doc": {FIELD: {"cluster": "s09"}}})
         put_clusters_meta(es, index)
 
     interposed = Interposed(client, meanwhile)
@@ -280,7 +280,7 @@ def test_seeds_are_withdrawn_when_clusters_appear_between_the_check_and_the_ackn
         assert value["v"] == FP.version
         if doc_id != "s01":
             assert value.get("cluster") is None and value.get("bands") is None, doc_id
-    assert es.count(index=index, query=missing_clusters_query())["count"] == len(docs) - 1
+    assert es.count(index=index, body={"query": missing_clusters_query()})["count"] == len(docs) - 1
 
 
 @pytest.mark.es
@@ -314,9 +314,9 @@ def test_load_withdraws_its_seeds_when_clusters_appear_meanwhile(es, es_url, cli
         es.indices.refresh(index=index)
         stored = values(es, index)
         assert all(v.get("cluster") is None and v["v"] == FP.version for v in stored.values())
-        assert es.count(index=index, query=missing_clusters_query())["count"] == len(docs)
+        assert es.count(index=index, body={"query": missing_clusters_query()})["count"] == len(docs)
     finally:
-        es.options(ignore_status=404).indices.delete(index=index)
+        delete_index(es, index)
 
 
 @pytest.mark.es
@@ -327,13 +327,13 @@ def test_the_cluster_job_records_building_before_it_reads(es, es_url, new_index,
     read_table = cluster_job.Job.read_table
 
     def spying(job: Any, *args: Any, **kwargs: Any) -> Any:
-        seen.append(es.indices.get_mapping(index=index)[index]["mappings"].get("_meta", {}).get(META_KEY, {}).get("state"))
+        seen.append(mappings(es, index).get("_meta", {}).get(META_KEY, {}).get("state"))
         return read_table(job, *args, **kwargs)
 
     monkeypatch.setattr(cluster_job.Job, "read_table", spying)
     result = run_cluster(config, ClusterOptions(index=index, threshold=THRESHOLD, mode="memory"), progress=Progress())
     assert seen == ["building"] and result.stats.failed == 0
-    assert es.indices.get_mapping(index=index)[index]["mappings"]["_meta"][META_KEY]["state"] == "ready"
+    assert mappings(es, index)["_meta"][META_KEY]["state"] == "ready"
     final = values(es, index)
     assert all(final[f"s0{k}-copy"]["cluster"] == final[f"s0{k}"]["cluster"] for k in range(3))
     # only the members that joined another's cluster were written; the rest kept their seeds
@@ -376,7 +376,7 @@ class Scripted:
         return self._script(self.bulks, operations, self._client, kwargs)
 
 
-def first_attempt_times_out(es: Elasticsearch, index: str, real: Elasticsearch, operations: list[Any],
+def first_attempt_times_out(es: Any, index: str, real: Elasticsearch, operations: list[Any],
                             kwargs: dict[str, Any]) -> None:
     """A cluster run starts (``building`` recorded, refresh), then the first action of the bulk
     request is applied and the client times out: :class:`Retrier` sends the request again."""
@@ -388,13 +388,13 @@ def first_attempt_times_out(es: Elasticsearch, index: str, real: Elasticsearch, 
     raise elastic_transport.ConnectionTimeout("timed out")
 
 
-def write_seeded(client: Scripted, es: Elasticsearch, es_url: str, index: str,
+def write_seeded(client: Scripted, es_url: str, index: str,
                  doc_ids: Sequence[str]) -> tuple[Seeder, JobStats]:
     """Write the fingerprints (and seeds) of ``doc_ids`` through the indexer's bulk updater with
     ``client``, then close it."""
     try:
         seeder, updater, stats = seeded_updater(client, Retrier(es_url, 3, base_delay=0.01, max_delay=0.02), index)
-        hits = {h["_id"]: h for h in read_hits(es, index)}
+        hits = {h["_id"]: h for h in read_hits(client._client, index)}
         updater.write([updater.pending_from_hit(hits[doc_id]) for doc_id in doc_ids])
     finally:
         client._client.close()
@@ -416,7 +416,7 @@ def test_a_seed_applied_by_an_attempt_that_timed_out_is_withdrawn_after_the_retr
         return real.bulk(operations=operations, **kwargs)
 
     client = Scripted(Elasticsearch(es_url), script)
-    seeder, stats = write_seeded(client, es, es_url, index, [x, y])
+    seeder, stats = write_seeded(client, es_url, index, [x, y])
     assert client.bulks >= 2 and not seeder.seeding and stats.failed == 0
     es.indices.refresh(index=index)
     stored = values(es, index)
@@ -424,7 +424,7 @@ def test_a_seed_applied_by_an_attempt_that_timed_out_is_withdrawn_after_the_retr
         assert stored[doc_id]["v"] == FP.version
         assert stored[doc_id].get("cluster") is None and stored[doc_id].get("bands") is None, doc_id
     assert seeder.withdrawn == 2
-    assert es.count(index=index, query=missing_clusters_query())["count"] == len(docs)
+    assert es.count(index=index, body={"query": missing_clusters_query()})["count"] == len(docs)
 
 
 @pytest.mark.es
@@ -447,12 +447,12 @@ def test_a_seed_applied_by_a_timed_out_attempt_is_withdrawn_when_the_resend_carr
         return real.bulk(operations=operations, **kwargs)
 
     client = Scripted(Elasticsearch(es_url), script)
-    seeder, stats = write_seeded(client, es, es_url, index, [d["id"] for d in docs])
+    seeder, stats = write_seeded(client, es_url, index, [d["id"] for d in docs])
     assert client.bulks >= 3 and not seeder.seeding and stats.failed == 0
     es.indices.refresh(index=index)
     stored = values(es, index)
     assert stored[x].get("cluster") is None and stored[x].get("bands") is None
-    assert es.count(index=index, query=missing_clusters_query())["count"] == len(docs)
+    assert es.count(index=index, body={"query": missing_clusters_query()})["count"] == len(docs)
 
 
 @pytest.mark.es
@@ -489,9 +489,9 @@ def test_load_drops_the_cluster_values_a_line_brings(es, es_url, client, cluster
             else:  # its own seed
                 assert stored[doc_id]["cluster"] == doc_id and "deadbeefdeadbeef" not in stored[doc_id]["bands"]
         if clustered:
-            assert es.count(index=index, query=missing_clusters_query())["count"] == len(lines)
+            assert es.count(index=index, body={"query": missing_clusters_query()})["count"] == len(lines)
     finally:
-        es.options(ignore_status=404).indices.delete(index=index)
+        delete_index(es, index)
 
 
 @pytest.mark.es
@@ -534,7 +534,7 @@ def test_withdrawn_seeds_are_not_visible_to_searches_after_the_job(es, es_url, n
     withdrawal is refreshed, so the proxy never sees it afterwards (no automatic refreshes here)."""
     docs = stories(4)
     index = index_with_cluster_fields(es, new_index, docs)
-    es.indices.put_settings(index=index, settings={"index": {"refresh_interval": "-1"}})
+    es.indices.put_settings(index=index, body={"index": {"refresh_interval": "-1"}})
 
     def cluster_run_starts() -> None:
         put_clusters_meta(es, index)
@@ -545,8 +545,8 @@ def test_withdrawn_seeds_are_not_visible_to_searches_after_the_job(es, es_url, n
     updater.write([updater.pending_from_hit(h) for h in read_hits(client, index)])
     assert seeder.withdrawn == len(docs) and stats.failed == 0
     # no refresh here: what a search sees right after the job
-    assert es.count(index=index, query={"exists": {"field": f"{FIELD}.cluster"}})["count"] == 0
-    assert es.count(index=index, query=missing_clusters_query())["count"] == len(docs)
+    assert es.count(index=index, body={"query": {"exists": {"field": f"{FIELD}.cluster"}}})["count"] == 0
+    assert es.count(index=index, body={"query": missing_clusters_query()})["count"] == len(docs)
 
 
 def near_copy(doc: dict[str, Any], doc_id: str, word: str = "qwzrt") -> dict[str, Any]:
@@ -574,8 +574,8 @@ def test_seeds_of_a_killed_worker_are_withdrawn_by_the_first_cluster_run(es, es_
     assert seeded["s00"]["cluster"] == "s00" and seeded["x"] == {}
 
     def killed_worker_writes() -> None:
-        es.update(index=index, id="x", doc={k: v for k, v in near_copy(docs[1], "x").items() if k != "id"})
-        es.index(index=index, id="late", document=near_copy(docs[0], "late"))
+        es.update(index=index, id="x", body={"doc": {k: v for k, v in near_copy(docs[1], "x").items() if k != "id"}})
+        es.index(index=index, id="late", body=near_copy(docs[0], "late"))
         client = Elasticsearch(es_url)
         try:
             seeder, updater, _ = seeded_updater(client, Retrier(es_url, 3), index)
@@ -604,13 +604,13 @@ def test_seeds_of_a_killed_worker_are_withdrawn_by_the_first_cluster_run(es, es_
         monkeypatch.setattr(cluster_aggregate, "_write_clusters", writing)
     result = run_cluster(config, ClusterOptions(index=index, threshold=THRESHOLD, mode=mode), progress=Progress())
     assert result.stats.failed == 0 and result.strategy == ("memory" if mode == "auto" else mode)
-    assert es.indices.get_mapping(index=index)[index]["mappings"]["_meta"][META_KEY]["state"] == "ready"
+    assert mappings(es, index)["_meta"][META_KEY]["state"] == "ready"
     stored = values(es, index)
     assert stored["x"]["v"] == stored["late"]["v"] == FP.version
     # no value a run did not examine: withdrawn, so both count as new (the proxy waits for them)
     for doc_id in ("x", "late"):
         assert stored[doc_id].get("cluster") is None and stored[doc_id].get("bands") is None, doc_id
-    assert es.count(index=index, query=missing_clusters_query())["count"] == 2
+    assert es.count(index=index, body={"query": missing_clusters_query()})["count"] == 2
     assert stored["s00-copy"]["cluster"] == "s00" and stored["s05"]["cluster"] == "s05"  # the rest as usual
     placed = neardup_json(es, es_url, "cluster", "--index", index, "--threshold", str(THRESHOLD), "--incremental")
     assert placed["new_documents"] == 2
@@ -674,11 +674,11 @@ def test_a_full_run_takes_its_cut_just_before_the_refresh_its_reading_rests_on(
         keys_written = asked.index("writing fingerprints")  # the key pass
         aggregation = asked.index("aggregating the band keys")
         assert first_reading < keys_written < cut < aggregation, asked
-    assert es.indices.get_mapping(index=index)[index]["mappings"]["_meta"][META_KEY]["state"] == "ready"
+    assert mappings(es, index)["_meta"][META_KEY]["state"] == "ready"
     # the cluster values are those of a run without the counting
     assert values(es, index)["s00-copy"]["cluster"] == "s00"
 
-    es.index(index=index, id="late", document=near_copy(docs[0], "late"), refresh=True)
+    es.index(index=index, id="late", body=near_copy(docs[0], "late"), refresh=True)
     neardup_json(es, es_url, "index", "--index", index)
     incremental = ClusterOptions(index=index, threshold=0.7, mode=mode, incremental=True)
     assert not {"cut", STATS} & set(requests_of_a_run(monkeypatch, config, incremental))
@@ -726,7 +726,7 @@ def test_a_cut_below_the_runs_own_writes_withdraws_none_of_them(es, es_url, new_
     neardup_json(es, es_url, "index", "--index", index)
     run_cluster(config, ClusterOptions(index=index, threshold=THRESHOLD, mode=mode), progress=Progress())
     # a wrong value the next run's last pass rewrites (on the version its key pass wrote)
-    es.update(index=index, id="s05", doc={FIELD: {"cluster": "wrong"}}, refresh=True)
+    es.update(index=index, id="s05", body={"doc": {FIELD: {"cluster": "wrong"}}}, refresh=True)
     take_cut = cluster_run.take_cut
     before_run = take_cut(es, Retrier(es_url, 3), index)   # held there while the run writes
 
@@ -736,6 +736,6 @@ def test_a_cut_below_the_runs_own_writes_withdraws_none_of_them(es, es_url, new_
     result = run_cluster(config, ClusterOptions(index=index, threshold=0.7, mode=mode), progress=Progress())
     assert result.stats.failed == 0 and result.stats.updated >= len(docs)
     assert result.withdrawn_unexamined == 0
-    assert es.count(index=index, query=missing_clusters_query())["count"] == 0
+    assert es.count(index=index, body={"query": missing_clusters_query()})["count"] == 0
     stored = values(es, index)
     assert stored["s00-copy"]["cluster"] == "s00" and stored["s05"]["cluster"] == "s05"

@@ -18,13 +18,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch, helpers
 
 from neardup.corpora import reuters_documents
 from neardup.fingerprint import Fingerprint, Fingerprinter, FingerprintParams, estimated_resemblance
 from neardup.indexer.enrich import cleared_cluster_keys, enrich_line, merged_neardup
 from neardup.proxy.handlers.native_collapse import missing_clusters_query
+from tests.cluster_support import bulk, delete_index, scan
 from tests.plugins.corpora import neardup_json
+from tests.reliability_support import fetch
 from tests.test_proxy_support import ProxyThread, make_config
 
 FP = Fingerprinter(FingerprintParams())
@@ -65,7 +66,7 @@ def test_enrich_lines_drop_outdated_cluster_ids():
 # --- real Elasticsearch: neardup index, neardup cluster, the proxy ---------------------------------------
 
 @pytest.fixture
-def small_index(es: Elasticsearch) -> Iterator[tuple[str, dict[str, dict[str, Any]]]]:
+def small_index(es: Any) -> Iterator[tuple[str, dict[str, dict[str, Any]]]]:
     """30 real stories and a copy of the first with one word changed (a near-duplicate)."""
     stories = list(itertools.islice((d for d in reuters_documents(with_body_only=True)
                                      if len(d["body"].split()) >= 200), 30))
@@ -74,23 +75,26 @@ def small_index(es: Elasticsearch) -> Iterator[tuple[str, dict[str, dict[str, An
     words[-10] = "zyxwv"
     docs["s00-copy"] = {"title": stories[0]["title"], "body": " ".join(words)}
     name = f"cluster-stale-{uuid.uuid4().hex[:8]}"
-    es.indices.create(index=name, settings={"number_of_shards": 1, "number_of_replicas": 0})
-    helpers.bulk(es, ({"_index": name, "_id": k, "_source": d} for k, d in docs.items()), refresh=True)
+    es.indices.create(index=name, body={"settings": {"number_of_shards": 1, "number_of_replicas": 0}})
+    bulk(es, ({"_index": name, "_id": k, "_source": d} for k, d in docs.items()), refresh=True)
     try:
         yield name, docs
     finally:
-        es.options(ignore_status=404).indices.delete(index=name)
+        delete_index(es, name)
 
 
-def values(es: Elasticsearch, index: str) -> dict[str, dict[str, Any]]:
-    return {hit["_id"]: hit["_source"]["neardup"] for hit in helpers.scan(es, index=index, _source=["neardup"])}
+def values(es: Any, index: str) -> dict[str, dict[str, Any]]:
+    return {hit["_id"]: hit["_source"]["neardup"] for hit in scan(es, index, _source=["neardup"])}
 
 
 def pushed_down(es_url: str, index: str) -> bool:
     """Whether a fresh proxy (no cached facts) pushes a search of ``index`` down."""
-    with ProxyThread(make_config(es_url)) as running, running.client() as client:
-        response = client.search(index=index, query={"match": {"body": "the"}}, size=5).body
-        return response["neardup"]["pushdown"]
+    with ProxyThread(make_config(es_url)) as running:
+        answer = fetch(running.url, "POST", f"/{index}/_search",
+                       json.dumps({"query": {"match": {"body": "the"}}, "size": 5}).encode(),
+                       {"Content-Type": "application/json"})
+    assert answer.status == 200, answer
+    return answer.json()["neardup"]["pushdown"]
 
 
 @pytest.mark.es
@@ -100,11 +104,11 @@ def test_reindexing_a_changed_document_clears_its_cluster_until_the_next_run(es,
     neardup_json(es, es_url, "cluster", "--index", index, "--threshold", "0.8")
     before = values(es, index)
     assert before["s00-copy"]["cluster"] == before["s00"]["cluster"] == "s00"
-    assert es.count(index=index, query=missing_clusters_query())["count"] == 0
+    assert es.count(index=index, body={"query": missing_clusters_query()})["count"] == 0
     assert pushed_down(es_url, index)
 
     # the application rewrites the copy's text (a partial update: the old neardup values stay)
-    es.update(index=index, id="s00-copy", doc={"body": docs["s05"]["body"] + " Revised."}, refresh=True)
+    es.update(index=index, id="s00-copy", body={"doc": {"body": docs["s05"]["body"] + " Revised."}}, refresh=True)
     summary = neardup_json(es, es_url, "index", "--index", index, "--force")
     assert summary["failed"] == 0
     after = values(es, index)
@@ -114,7 +118,7 @@ def test_reindexing_a_changed_document_clears_its_cluster_until_the_next_run(es,
     for key in docs:  # unchanged fingerprints keep their cluster values
         if key != "s00-copy":
             assert after[key] == before[key]
-    assert es.count(index=index, query=missing_clusters_query())["count"] == 1
+    assert es.count(index=index, body={"query": missing_clusters_query()})["count"] == 1
     assert not pushed_down(es_url, index)
 
     placed = neardup_json(es, es_url, "cluster", "--index", index, "--threshold", "0.8", "--incremental")
@@ -126,5 +130,5 @@ def test_reindexing_a_changed_document_clears_its_cluster_until_the_next_run(es,
     assert estimated_resemblance(fingerprints["s00-copy"], fingerprints["s00"]) < 0.8
     linked = estimated_resemblance(fingerprints["s00-copy"], fingerprints["s05"]) >= 0.8
     assert final["s00-copy"]["cluster"] == ("s05" if linked else "s00-copy")  # placed by its new text
-    assert es.count(index=index, query=missing_clusters_query())["count"] == 0
+    assert es.count(index=index, body={"query": missing_clusters_query()})["count"] == 0
     assert pushed_down(es_url, index)

@@ -47,6 +47,7 @@ from neardup.fingerprint.verify import (
 )
 from neardup.indexer.cluster.meta import META_KEY
 from neardup.indexer.cluster.verification import text_params
+from tests.cluster_support import delete_index, mappings
 from tests.plugins.corpora import bulk_load, run_neardup
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -437,18 +438,18 @@ def test_text_verification_clusters_by_exact_resemblance(es, es_url, fp):
             {"id": "e", "title": "title", "body": e}, {"id": "f", "title": "title", "body": e},
             {"id": "g", "title": "nothing", "body": "else at all here"}, {"id": "h", "title": "title", "body": e}]
     name = f"clustering-quality-{uuid.uuid4().hex[:8]}"
-    es.indices.create(index=name, settings={"number_of_shards": 2, "number_of_replicas": 0})
+    es.indices.create(index=name, body={"settings": {"number_of_shards": 2, "number_of_replicas": 0}})
     try:
         bulk_load(es, name, docs)
         assert run_neardup(["index", "--index", name], es_url).returncode == 0
         # f's text changes after it was fingerprinted: its pairs fall back to the estimate
-        es.update(index=name, id="f", doc={"body": e + " and a changed ending"}, refresh=True)
+        es.update(index=name, id="f", body={"doc": {"body": e + " and a changed ending"}}, refresh=True)
         # h's text fields are emptied: no text to verify with either
-        es.update(index=name, id="h", doc={"title": None, "body": None}, refresh=True)
+        es.update(index=name, id="h", body={"doc": {"title": None, "body": None}}, refresh=True)
 
         def clusters() -> dict[str, str]:
             return {hit["_id"]: hit["_source"][FIELD]["cluster"] for hit in es.search(
-                index=name, size=100, source=[f"{FIELD}.cluster"])["hits"]["hits"]}
+                index=name, body={"size": 100, "_source": [f"{FIELD}.cluster"]})["hits"]["hits"]}
 
         text = cluster_json(es_url, name)  # --verify text is the default
         ids = clusters()
@@ -459,14 +460,14 @@ def test_text_verification_clusters_by_exact_resemblance(es, es_url, fp):
         assert verification["no_text"] == 1 and sorted(verification["examples"]) == [f"{name}/f", f"{name}/h"]
         assert verification["documents_exact"] >= 4 and verification["pairs_by_estimate"] >= 1
         assert verification["floor"] == pytest.approx(0.8 - estimate_margin(0.8, K))
-        meta = es.indices.get_mapping(index=name)[name]["mappings"]["_meta"][META_KEY]
+        meta = mappings(es, name)["_meta"][META_KEY]
         assert meta["verification"] == "text" and meta["state"] == "ready" and meta["threshold"] == 0.8
 
         signature = cluster_json(es_url, name, "--verify", "signature")
         ids = clusters()
         assert ids["a"] != ids["b"] and ids["c"] == ids["d"] and ids["e"] == ids["f"]
         assert signature["verification"]["method"] == "signature" and signature["updated"] >= 2
-        meta = es.indices.get_mapping(index=name)[name]["mappings"]["_meta"][META_KEY]
+        meta = mappings(es, name)["_meta"][META_KEY]
         assert meta["verification"] == "signature"
 
         # other fields than the index job's: no text gives its fingerprint; said, and verified by estimate
@@ -476,7 +477,7 @@ def test_text_verification_clusters_by_exact_resemblance(es, es_url, fp):
         assert summary["documents_exact"] == 0 and summary["pairs_exact"] == 0
         assert "are --field body the fields `neardup index` fingerprinted" in result.stderr.decode()
     finally:
-        es.options(ignore_status=404).indices.delete(index=name)
+        delete_index(es, name)
 
 
 @pytest.mark.es
@@ -487,18 +488,18 @@ def test_text_verification_across_indices_and_with_routing(es, es_url, fp):
     prefix = f"clustering-quality-multi-{uuid.uuid4().hex[:8]}"
     first, second = f"{prefix}-1", f"{prefix}-2"
     for name in (first, second):
-        es.indices.create(index=name, settings={"number_of_shards": 2, "number_of_replicas": 0})
+        es.indices.create(index=name, body={"settings": {"number_of_shards": 2, "number_of_replicas": 0}})
     try:
-        es.index(index=first, id="a", document={"title": "title", "body": a})
-        es.index(index=second, id="b", document={"title": "title", "body": b}, routing="elsewhere")
-        es.index(index=second, id="c", document={"title": "other", "body": "quite another story " * 5})
+        es.index(index=first, id="a", body={"title": "title", "body": a})
+        es.index(index=second, id="b", body={"title": "title", "body": b}, routing="elsewhere")
+        es.index(index=second, id="c", body={"title": "other", "body": "quite another story " * 5})
         es.indices.refresh(index=f"{prefix}-*")
         assert run_neardup(["index", "--index", f"{prefix}-*"], es_url).returncode == 0
         summary = cluster_json(es_url, f"{prefix}-*")
         assert summary["verification"]["documents_exact"] == 2 and summary["verification"]["pairs_exact"] == 1
         got = {(hit["_index"], hit["_id"]): hit["_source"][FIELD]["cluster"] for hit in es.search(
-            index=f"{prefix}-*", size=10, source=[f"{FIELD}.cluster"])["hits"]["hits"]}
+            index=f"{prefix}-*", body={"size": 10, "_source": [f"{FIELD}.cluster"]})["hits"]["hits"]}
         assert got[(first, "a")] == got[(second, "b")] == f"{first}/a"
         assert got[(second, "c")] == f"{second}/c"
     finally:
-        es.options(ignore_status=404).indices.delete(index=f"{first},{second}")
+        delete_index(es, f"{first},{second}")

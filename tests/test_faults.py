@@ -17,11 +17,12 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from elasticsearch import Elasticsearch
 
+from tests.cluster_support import delete_index
 from tests.faultproxy import Fault, FaultProxy, blackhole, closed_port_url
 from tests.reliability_support import Outcome, es_error_type, fetch
 from tests.test_proxy_server import ProxyProcess
@@ -50,22 +51,22 @@ def passing(faults: FaultProxy) -> Iterator[FaultProxy]:
 
 
 @pytest.fixture(scope="module")
-def big_doc(es: Elasticsearch) -> Iterator[tuple[str, int]]:
+def big_doc(es: Any) -> Iterator[tuple[str, int]]:
     """An index holding one 3 MB document: its GET response is streamed, not buffered."""
     name = f"reliab-faults-big-{uuid.uuid4().hex[:8]}"
-    es.indices.create(index=name, settings={"number_of_shards": 1, "number_of_replicas": 0},
-                      mappings={"properties": {"blob": {"type": "text", "index": False}}})
-    es.index(index=name, id="1", document={"blob": "x" * 3_000_000}, refresh=True)
+    es.indices.create(index=name, body={"settings": {"number_of_shards": 1, "number_of_replicas": 0},
+                                        "mappings": {"properties": {"blob": {"type": "text", "index": False}}}})
+    es.index(index=name, id="1", body={"blob": "x" * 3_000_000}, refresh=True)
     yield name, 3_000_000
-    es.options(ignore_status=404).indices.delete(index=name)
+    delete_index(es, name)
 
 
 @pytest.fixture
-def write_index(es: Elasticsearch) -> Iterator[str]:
+def write_index(es: Any) -> Iterator[str]:
     name = f"reliab-faults-{uuid.uuid4().hex[:8]}"
-    es.indices.create(index=name, settings={"number_of_shards": 1, "number_of_replicas": 0})
+    es.indices.create(index=name, body={"settings": {"number_of_shards": 1, "number_of_replicas": 0}})
     yield name
-    es.options(ignore_status=404).indices.delete(index=name)
+    delete_index(es, name)
 
 
 def proxy_to(*urls: str, **upstream: object) -> ProxyThread:
@@ -138,7 +139,7 @@ def test_close_in_a_streamed_body_breaks_the_client_connection(passing: FaultPro
 
 
 def test_a_write_is_never_sent_twice_when_the_connection_breaks(passing: FaultProxy, write_index: str,
-                                                                es: Elasticsearch) -> None:
+                                                                es: Any) -> None:
     """Reads are sent once more after a broken connection; writes never (the first may have landed)."""
     bulk = b'{"index":{"_id":"a"}}\n{"n":1}\n'
     with proxy_to(passing.url) as proxy:
@@ -186,7 +187,7 @@ def mixed_requests(index: str, family: FamilyIndex, count: int) -> Iterator[tupl
 
 
 @pytest.mark.parametrize("down", ["refused", "blackhole"])
-def test_one_of_two_nodes_down_requests_go_to_the_other(down: str, es_url: str, es: Elasticsearch,
+def test_one_of_two_nodes_down_requests_go_to_the_other(down: str, es_url: str, es: Any,
                                                        family_index: FamilyIndex, write_index: str) -> None:
     with blackhole() as hole:
         dead = closed_port_url() if down == "refused" else hole
@@ -202,7 +203,7 @@ def test_one_of_two_nodes_down_requests_go_to_the_other(down: str, es_url: str, 
 
 
 def test_node_resetting_connections_reads_move_on_writes_fail_cleanly(
-        passing: FaultProxy, es_url: str, es: Elasticsearch, family_index: FamilyIndex,
+        passing: FaultProxy, es_url: str, es: Any, family_index: FamilyIndex,
         write_index: str) -> None:
     passing.fault = Fault("reset")
     with proxy_to(passing.url, es_url) as proxy:

@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch, helpers
 
 from neardup.config import load_config
 from neardup.fingerprint import FIELD, Fingerprinter
 from neardup.indexer.errors import EXIT_OK, EXIT_STOPPED
+from tests.cluster_support import node_client, scan
 from tests.plugins.corpora import bulk_load, neardup_env, run_neardup, with_seed
 from tests.plugins.elasticsearch import StartedNode, _run_es_script
 from tests.reliability_support import Outcome, es_error_type, fetch
@@ -99,9 +99,9 @@ def _client_loop(proxy_url: str, scenario: Scenario, stop: threading.Event, seed
         time.sleep(0.02)
 
 
-def _enriched(es: Elasticsearch, index: str, version: str) -> int:
+def _enriched(es: Any, index: str, version: str) -> int:
     es.indices.refresh(index=index)
-    return es.count(index=index, query={"term": {f"{FIELD}.v": version}})["count"]
+    return es.count(index=index, body={"query": {"term": {f"{FIELD}.v": version}}})["count"]
 
 
 @pytest.fixture(scope="module")
@@ -115,11 +115,11 @@ def outage(reuters_docs: list[dict[str, Any]], fingerprinter: Fingerprinter) -> 
     node = StartedNode("reliability", "off", "512m")
     url = node.endpoint.url
     port = url.rsplit(":", 1)[1]
-    es = Elasticsearch(url, request_timeout=120)
+    es = node_client(url, request_timeout=120)
     try:
         index = f"reliab-outage-{uuid.uuid4().hex[:8]}"
         docs = {d["id"]: d for d in reuters_docs[:DOCS]}
-        es.indices.create(index=index, settings={"number_of_shards": 2, "number_of_replicas": 0})
+        es.indices.create(index=index, body={"settings": {"number_of_shards": 2, "number_of_replicas": 0}})
         bulk_load(es, index, list(docs.values()))
         scenario = Scenario(index, docs)
         config = make_config(url, upstream={"request_timeout": TIMEOUT, "connect_timeout": CONNECT_TIMEOUT})
@@ -161,8 +161,7 @@ def outage(reuters_docs: list[dict[str, Any]], fingerprinter: Fingerprinter) -> 
                     job.wait()
         scenario.resume_run = run_neardup(["index", "--index", index, "--json"], url)
         es.indices.refresh(index=index)
-        scenario.final = {h["_id"]: h for h in helpers.scan(es, index=index, version=True,
-                                                             query={"query": {"match_all": {}}})}
+        scenario.final = {h["_id"]: h for h in scan(es, index, version=True)}
         yield scenario
     finally:
         es.close()
