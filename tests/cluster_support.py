@@ -62,3 +62,12 @@ def node_client(url: str, **options: Any) -> Any:
     finally:
         probe.close()
     return engine_client(url, info, **options)
+
+
+def indexer_client(es_url: str) -> Any:
+    """The indexer's own client for ``es_url`` (:func:`neardup.indexer.client.make_client`:
+    its engine, retries and timeouts); the caller closes it."""
+    from neardup.config import load_config
+    from neardup.indexer.client import make_client
+
+    return make_client(load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url}).upstream)

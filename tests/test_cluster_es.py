@@ -15,14 +15,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from elasticsearch import Elasticsearch
 
 from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams, estimated_resemblance, scheme_version
 from neardup.fingerprint.clustering import ClusterParams, assign_ids, cluster_signatures, single_link_exact
 from neardup.fingerprint.lsh import choose_banding, key_strings
 from neardup.indexer.cluster.documents import stored_values, usable_signature
 from neardup.indexer.cluster.meta import META_KEY
-from tests.cluster_support import bulk, delete_index, mappings, scan
+from tests.cluster_support import bulk, delete_index, indexer_client, mappings, scan
 from tests.plugins.corpora import bulk_load, run_neardup
 
 PARAMS = FingerprintParams()
@@ -282,15 +281,17 @@ def test_a_document_changed_meanwhile_is_not_overwritten(es, es_url):
     token = stored_values(hit["_source"]).token
     es.update(index=name, id="1", body={"doc": {"body": "second", FIELD: fp.fingerprint("a new text").to_source()}},
               refresh=True)
+    client = indexer_client(es_url)
     try:
         stats = JobStats()
         want = Planned("1", ("00",), token)
-        updater = ClusterUpdater(Elasticsearch(es_url, request_timeout=60), Retrier(es_url, 2), lambda s: ("ok", None),
+        updater = ClusterUpdater(client, Retrier(es_url, 2), lambda s: ("ok", None),
                                  SOURCE_FIELDS, 3, stats, plan={(name, "1"): want})
         updater.write([Pending(name, "1", None, hit["_seq_no"], hit["_primary_term"], want.partial())])
         assert updater.changed_meanwhile == 1 and stats.conflicts_retried == 1 and stats.updated == 0
         assert "cluster" not in es.get(index=name, id="1")["_source"][FIELD]
     finally:
+        client.close()
         delete_index(es, name)
 
 

@@ -13,6 +13,7 @@ import itertools
 import json
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,7 @@ from neardup.indexer.retry import Retrier
 from neardup.indexer.stats import JobStats
 from neardup.indexer.writer import BulkUpdater
 from neardup.proxy.handlers.native_collapse import missing_clusters_query
-from tests.cluster_support import bulk, delete_index, mappings, scan
+from tests.cluster_support import bulk, delete_index, indexer_client, mappings, scan
 from tests.plugins.corpora import neardup_json
 from tests.test_cluster_es import copy_index
 
@@ -415,7 +416,7 @@ def test_a_seed_applied_by_an_attempt_that_timed_out_is_withdrawn_after_the_retr
             first_attempt_times_out(es, index, real, operations, kwargs)
         return real.bulk(operations=operations, **kwargs)
 
-    client = Scripted(Elasticsearch(es_url), script)
+    client = Scripted(indexer_client(es_url), script)
     seeder, stats = write_seeded(client, es_url, index, [x, y])
     assert client.bulks >= 2 and not seeder.seeding and stats.failed == 0
     es.indices.refresh(index=index)
@@ -441,12 +442,12 @@ def test_a_seed_applied_by_a_timed_out_attempt_is_withdrawn_when_the_resend_carr
             first_attempt_times_out(es, index, real, operations, kwargs)
         if attempt == 2:  # x rejected, y written: the answer says 429 for x
             response = real.bulk(operations=operations[2:], **kwargs)
-            response.body["items"].insert(0, {"update": {"status": 429, "error": {
+            response["items"].insert(0, {"update": {"status": 429, "error": {
                 "type": "es_rejected_execution_exception", "reason": "simulated"}}})
             return response
         return real.bulk(operations=operations, **kwargs)
 
-    client = Scripted(Elasticsearch(es_url), script)
+    client = Scripted(indexer_client(es_url), script)
     seeder, stats = write_seeded(client, es_url, index, [d["id"] for d in docs])
     assert client.bulks >= 3 and not seeder.seeding and stats.failed == 0
     es.indices.refresh(index=index)
@@ -576,7 +577,7 @@ def test_seeds_of_a_killed_worker_are_withdrawn_by_the_first_cluster_run(es, es_
     def killed_worker_writes() -> None:
         es.update(index=index, id="x", body={"doc": {k: v for k, v in near_copy(docs[1], "x").items() if k != "id"}})
         es.index(index=index, id="late", body=near_copy(docs[0], "late"))
-        client = Elasticsearch(es_url)
+        client = indexer_client(es_url)
         try:
             seeder, updater, _ = seeded_updater(client, Retrier(es_url, 3), index)
             seeder.confirm = lambda *args, **kwargs: None  # type: ignore[method-assign]  # killed before it
@@ -728,7 +729,8 @@ def test_a_cut_below_the_runs_own_writes_withdraws_none_of_them(es, es_url, new_
     # a wrong value the next run's last pass rewrites (on the version its key pass wrote)
     es.update(index=index, id="s05", body={"doc": {FIELD: {"cluster": "wrong"}}}, refresh=True)
     take_cut = cluster_run.take_cut
-    before_run = take_cut(es, Retrier(es_url, 3), index)   # held there while the run writes
+    with closing(indexer_client(es_url)) as client:
+        before_run = take_cut(client, Retrier(es_url, 3), index)   # held there while the run writes
 
     monkeypatch.setattr(cluster_run, "take_cut", lambda *args, **kwargs: before_run)
     monkeypatch.setattr(cluster_job, "take_cut", lambda *args, **kwargs: before_run)
