@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from elasticsearch import Elasticsearch
 
 from neardup.fingerprint import Fingerprinter
 from neardup.fingerprint.bloom import BloomParams
 from neardup.fingerprint.copies import CopiedPair, build_filter, candidates, content_sets, ranked, verify
 from neardup.fingerprint.texts import document_texts
+from neardup.indexer.client import Client
 from neardup.indexer.cluster.documents import doc_key
 from neardup.indexer.errors import JobError
 from neardup.indexer.query import SliceSpec
@@ -106,7 +106,7 @@ class CopiesResult:
         }
 
 
-def shingle_documents(client: Elasticsearch, retrier: Retrier, fp: Fingerprinter,
+def shingle_documents(client: Client, retrier: Retrier, fp: Fingerprinter,
                       options: CopiesOptions) -> ShingledDocuments:
     """Read every document of the index (one point in time, pages in ``_shard_doc`` order) and
     shingle the text of its fields. Keys are ``_id``, or ``<index>/<_id>`` when the name matched
@@ -169,7 +169,7 @@ def screen(docs: ShingledDocuments, options: CopiesOptions, read_seconds: float)
                         figures=bloom.figures(), candidates=checked, pairs=ranked(pairs), seconds=seconds)
 
 
-def run_copies(client: Elasticsearch, retrier: Retrier, fp: Fingerprinter, options: CopiesOptions) -> CopiesResult:
+def run_copies(client: Client, retrier: Retrier, fp: Fingerprinter, options: CopiesOptions) -> CopiesResult:
     """Read, shingle and screen; :class:`JobError` when there is nothing to screen."""
     start = time.perf_counter()
     docs = shingle_documents(client, retrier, fp, options)

@@ -12,10 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from elasticsearch import Elasticsearch, NotFoundError
-
 from neardup.fingerprint import FIELD, Fingerprint, FingerprintFormatError
-from neardup.indexer.errors import JobError, error_type_and_reason
+from neardup.indexer.client import Client
+from neardup.indexer.errors import ClusterApiError, JobError
 from neardup.indexer.matching import Match, candidate_search, candidates_from_hits, verified_matches
 from neardup.indexer.retry import Retrier
 from neardup.upstream import ClusterInfo
@@ -53,16 +52,17 @@ def preview(source: dict[str, Any], fields: Sequence[str], width: int = 70) -> s
     return ""
 
 
-def find_duplicates(client: Elasticsearch, retrier: Retrier, *, index: str, doc_id: str, version: str,
+def find_duplicates(client: Client, retrier: Retrier, *, index: str, doc_id: str, version: str,
                     threshold: float, mode: Literal["resemblance", "containment"],
                     max_candidates: int, fields: Sequence[str], routing: str | None = None
                     ) -> DuplicatesResult:
     try:
         doc = retrier.call("reading the document", lambda: client.get(
-            index=index, id=doc_id, routing=routing, source_includes=[FIELD, *fields])).body
-    except NotFoundError as exc:
-        kind, _ = error_type_and_reason(exc.body)
-        if kind == "index_not_found_exception":
+            index=index, id=doc_id, routing=routing, source_includes=[FIELD, *fields]))
+    except ClusterApiError as exc:
+        if exc.status != 404:
+            raise
+        if exc.error_type == "index_not_found_exception":
             raise JobError(f"no such index: {index}") from None
         raise JobError(f"no document with id {doc_id!r} in {index}") from None
     source = doc.get("_source") or {}
@@ -71,7 +71,7 @@ def find_duplicates(client: Elasticsearch, retrier: Retrier, *, index: str, doc_
         return DuplicatesResult(index, doc_id, threshold, mode, 0, [], {})
     body = candidate_search(fingerprint.to_source(), version, max_candidates, exclude_id=doc_id)
     body["_source"] = [FIELD, *fields]
-    hits = retrier.call("searching candidates", lambda: client.search(index=index, **body)).body["hits"]["hits"]
+    hits = retrier.call("searching candidates", lambda: client.search(index=index, **body))["hits"]["hits"]
     candidates = candidates_from_hits(hits)
     matches = verified_matches(fingerprint, candidates, threshold, mode)
     previews = {h["_id"]: preview(h.get("_source") or {}, fields) for h in hits}

@@ -38,15 +38,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from elasticsearch import ApiError, AuthorizationException, Elasticsearch
-
 from neardup.config import Config, collapse_settings_for
 from neardup.fingerprint import FIELD, Fingerprinter, scheme_version
 from neardup.fingerprint.tfidf import TF_FIELD
-from neardup.indexer.client import display_url, make_client
+from neardup.indexer.client import Client, display_url, make_client
 from neardup.indexer.cluster.seeds import Seeder, SeedPlan, plan_mapping_with_seeds, seed_plan
 from neardup.indexer.enrich import STORED_PATHS, cleared_cluster_keys, compute_fingerprint
-from neardup.indexer.errors import JobError, error_type_and_reason, explain
+from neardup.indexer.errors import ClusterApiError, ClusterError, JobError, error_type_and_reason, explain
 from neardup.indexer.mapping import field_paths, put_neardup_mapping, text_fields
 from neardup.indexer.progress import Progress
 from neardup.indexer.query import TF_VERSION_PATH, SliceSpec, already_current, plan_slices, selection
@@ -54,7 +52,8 @@ from neardup.indexer.reader import SliceReader
 from neardup.indexer.retry import Retrier
 from neardup.indexer.stats import JobStats
 from neardup.indexer.tfidf_vectors import TfidfEnricher, make_enricher, neardup_of, source_texts, tf_properties
-from neardup.indexer.writer import BulkUpdater
+from neardup.indexer.writer import BulkUpdater, refresh_written
+from neardup.upstream import ClusterInfo, check_upstream
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +74,8 @@ class IndexOptions:
     host_slices: int = 1
     workers: int = 2
     batch_size: int = 500
+    #: refresh the index at the end, so that what the job wrote is searchable when it returns
+    refresh: bool = True
 
 
 @dataclass
@@ -88,7 +89,7 @@ class JobResult:
 
 # --- checks before anything is written ------------------------------------------------------
 
-def check_fields(client: Elasticsearch, retrier: Retrier, options: IndexOptions,
+def check_fields(client: Client, retrier: Retrier, options: IndexOptions,
                  root_mappings: Mapping[str, Any]) -> None:
     """Fail clearly if a configured text field is in no document, or the ``--since`` field is unusable."""
     total = retrier.call("counting documents", lambda: client.count(index=options.index))["count"]
@@ -123,20 +124,20 @@ def check_fields(client: Elasticsearch, retrier: Retrier, options: IndexOptions,
                            "(or numeric) field")
         try:
             client.count(index=options.index, query={"range": {options.since_field: {"gte": options.since}}})
-        except ApiError as exc:
-            if exc.meta.status == 400:
+        except ClusterApiError as exc:
+            if exc.status == 400:
                 reason = error_type_and_reason(exc.body)[1]
-                raise JobError(f"--since {options.since!r}: Elasticsearch cannot use it on "
+                raise JobError(f"--since {options.since!r}: Client cannot use it on "
                                f"{options.since_field!r} ({reason}); use date math such as now-1d "
                                "or a date such as 2024-05-01") from None
             raise
 
 
-def prepare(config: Config, options: IndexOptions) -> SeedPlan | None:
+def prepare(config: Config, options: IndexOptions, cluster: ClusterInfo | None = None) -> SeedPlan | None:
     """All checks, then the mapping; raises :class:`JobError` having changed nothing on a problem.
 
     Returns how the workers seed cluster values (None: they write none)."""
-    client = make_client(config.upstream)
+    client = make_client(config.upstream, cluster)
     retrier = Retrier(display_url(config.upstream), config.indexer.max_retries)
     # a bad synonym list stops the job here, not in each worker
     tfidf = make_enricher(config, client, retrier) if config.tfidf.enabled else None
@@ -153,13 +154,13 @@ def prepare(config: Config, options: IndexOptions) -> SeedPlan | None:
             return None
         _, threshold, _ = collapse_settings_for(config.collapse, options.index)
         return seed_plan(options.index, threshold, config.fingerprint, plan.root_mappings)
-    except ApiError as exc:
+    except ClusterApiError as exc:
         raise JobError(explain(exc, display_url(config.upstream), options.index)) from None
     finally:
         client.close()
 
 
-def refresh_before_reading(client: Elasticsearch, retrier: Retrier, index: str) -> None:
+def refresh_before_reading(client: Client, retrier: Retrier, index: str) -> None:
     """Make every document acknowledged before the job started visible to its point in time.
 
     A point in time sees only refreshed writes: without this, a document (re)indexed in the
@@ -169,9 +170,11 @@ def refresh_before_reading(client: Elasticsearch, retrier: Retrier, index: str) 
     """
     try:
         retrier.call("refreshing", lambda: client.indices.refresh(index=index))
-    except AuthorizationException as exc:
+    except ClusterApiError as exc:
+        if exc.status != 403:
+            raise
         log.warning("could not refresh %s before reading (%s): documents written in the last "
-                    "refresh interval may be enriched by the next run only", index, exc.message)
+                    "refresh interval may be enriched by the next run only", index, exc.reason)
 
 
 # --- the worker -------------------------------------------------------------------------------
@@ -209,11 +212,12 @@ def count_page(tfidf: TfidfEnricher, hits: Sequence[Mapping[str, Any]], fields: 
 
 
 def run_slice(config: Config, options: IndexOptions, spec: SliceSpec, version: str,
-              report: Any, stop: Any, parent_pid: int, seeds: SeedPlan | None = None) -> JobStats:
+              report: Any, stop: Any, parent_pid: int, seeds: SeedPlan | None = None,
+              cluster: ClusterInfo | None = None) -> JobStats:
     """Enrich one slice; ``report(kind, payload)`` sends counters to the parent; ``seeds``:
     write cluster seeds while the index has no clusters (see the module docstring)."""
     stats = JobStats()
-    client = make_client(config.upstream)
+    client = make_client(config.upstream, cluster)
     retrier = Retrier(display_url(config.upstream), config.indexer.max_retries)
     fingerprinter = Fingerprinter(config.fingerprint)
     if fingerprinter.version != version:
@@ -285,7 +289,8 @@ def _delta(now: JobStats, before: JobStats) -> JobStats:
 
 
 def _worker_main(config: Config, options: IndexOptions, spec: SliceSpec, version: str,
-                 messages: Any, stop: Any, parent_pid: int, seeds: SeedPlan | None = None) -> None:
+                 messages: Any, stop: Any, parent_pid: int, seeds: SeedPlan | None = None,
+                 cluster: ClusterInfo | None = None) -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it sets ``stop``
 
@@ -293,11 +298,11 @@ def _worker_main(config: Config, options: IndexOptions, spec: SliceSpec, version
         messages.put((kind, str(spec), payload))
 
     try:
-        run_slice(config, options, spec, version, report, stop, parent_pid, seeds)
+        run_slice(config, options, spec, version, report, stop, parent_pid, seeds, cluster)
         report("done", None)
     except JobError as exc:
         report("error", str(exc))
-    except ApiError as exc:
+    except ClusterError as exc:
         report("error", explain(exc, display_url(config.upstream), options.index))
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which prints it
         report("crash", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
@@ -310,9 +315,12 @@ def _context() -> Any:
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
-def run_job(config: Config, options: IndexOptions, *, progress: Progress | None = None) -> JobResult:
-    """Check, put the mapping, run the workers; :class:`JobError` if the job cannot start."""
-    seeds = prepare(config, options)
+def run_job(config: Config, options: IndexOptions, *, progress: Progress | None = None,
+            cluster: ClusterInfo | None = None) -> JobResult:
+    """Check, put the mapping, run the workers, refresh (``options.refresh``); :class:`JobError`
+    if the job cannot start. ``cluster``: what the cluster is (asked when not given)."""
+    cluster = cluster or check_upstream(config)
+    seeds = prepare(config, options, cluster)
     version = scheme_version(config.fingerprint)
     specs = plan_slices(options.host_slice, options.host_slices, options.workers)
     progress = progress or Progress.for_stream(sys.stderr, options.index)
@@ -321,7 +329,7 @@ def run_job(config: Config, options: IndexOptions, *, progress: Progress | None 
     stop = context.Event()
     started = time.perf_counter()
     workers = {str(spec): context.Process(target=_worker_main, name=f"neardup-index-{spec}",
-                                          args=(config, options, spec, version, messages, stop, os.getpid(), seeds),
+                                          args=(config, options, spec, version, messages, stop, os.getpid(), seeds, cluster),
                                           daemon=True)
                for spec in specs}
     stats = JobStats()
@@ -377,4 +385,10 @@ def run_job(config: Config, options: IndexOptions, *, progress: Progress | None 
                 process.terminate()
                 process.join(timeout=5)
         progress.close()
+    if options.refresh:
+        client = make_client(config.upstream, cluster)
+        try:
+            refresh_written(client, options.index)
+        finally:
+            client.close()
     return JobResult(stats, time.perf_counter() - started, stopped, [str(s) for s in specs])

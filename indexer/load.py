@@ -40,9 +40,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, BinaryIO, Literal
 
-from elasticsearch import ApiError, Elasticsearch
-
 from neardup.fingerprint import FIELD, Fingerprint, Fingerprinter, FingerprintParams
+from neardup.indexer.client import Client
 from neardup.indexer.cluster.documents import CLUSTER_MAPPING
 from neardup.indexer.cluster.seeds import (
     SeededWrite,
@@ -54,7 +53,7 @@ from neardup.indexer.cluster.seeds import (
     uncertain_write,
 )
 from neardup.indexer.enrich import CLUSTER_KEYS, EnrichedLine, enrich_read_line
-from neardup.indexer.errors import JobError, error_type_and_reason
+from neardup.indexer.errors import ClusterApiError, JobError, error_type_and_reason
 from neardup.indexer.jsonlines import Line, LineCounts, read_lines
 from neardup.indexer.mapping import DUPLICATE_OF, plan_neardup_mapping, put_neardup_mapping, wanted_properties
 from neardup.indexer.matching import Match, RunIndex, best_match, candidate_search, candidates_from_hits
@@ -142,7 +141,7 @@ class _Item:
     seed: dict[str, Any] | None = None
 
 
-def prepare_index(client: Elasticsearch, retrier: Retrier, options: LoadOptions,
+def prepare_index(client: Client, retrier: Retrier, options: LoadOptions,
                   extra: dict[str, Any] | None = None, fingerprint: FingerprintParams | None = None
                   ) -> tuple[bool, SeedPlan | None]:
     """Create the index with the ``neardup`` mapping (plus the ``extra`` sub-fields), or check
@@ -153,7 +152,7 @@ def prepare_index(client: Elasticsearch, retrier: Retrier, options: LoadOptions,
     """
     with_tag = options.on_duplicate == "tag"
     threshold = options.seed_threshold if fingerprint is not None else None
-    exists = retrier.call("checking the index", lambda: client.indices.exists(index=options.index)).body
+    exists = retrier.call("checking the index", lambda: client.indices.exists(index=options.index))
     if not exists:
         properties = {**wanted_properties(with_tag), **(CLUSTER_MAPPING if threshold is not None else {}),
                       **(extra or {})}
@@ -163,7 +162,7 @@ def prepare_index(client: Elasticsearch, retrier: Retrier, options: LoadOptions,
             if threshold is None or fingerprint is None:
                 return True, None
             return True, seed_plan(options.index, threshold, fingerprint, {options.index: {}})
-        except ApiError as exc:
+        except ClusterApiError as exc:
             kind, _ = error_type_and_reason(exc.body)
             if kind != "resource_already_exists_exception":
                 raise
@@ -179,7 +178,7 @@ def prepare_index(client: Elasticsearch, retrier: Retrier, options: LoadOptions,
 
 
 class Loader:
-    def __init__(self, client: Elasticsearch, retrier: Retrier, fingerprinter: Fingerprinter,
+    def __init__(self, client: Client, retrier: Retrier, fingerprinter: Fingerprinter,
                  options: LoadOptions, errors: IO[str], tfidf: TfidfEnricher | None = None,
                  progress: Progress | None = None) -> None:
         self.client = client
@@ -280,7 +279,7 @@ class Loader:
         assert self.tfidf is not None
         response = self.retrier.call("looking up TF-IDF vectors", lambda: self.client.mget(
             index=self.options.index, ids=list(ids), source=[TF_VERSION_PATH], realtime=True))
-        return {doc["_id"] for doc in response.body["docs"]
+        return {doc["_id"] for doc in response["docs"]
                 if doc.get("found") and self.tfidf.is_current(neardup_of(doc.get("_source")))}
 
     def _parse(self, chunk: Sequence[Line]) -> list[_Item]:
@@ -324,7 +323,7 @@ class Loader:
             searches.append(candidate_search(fingerprint.to_source(), version, MAX_CANDIDATES, exclude_id=item.id))
         response = self.retrier.call("looking up duplicates", lambda: self.client.msearch(searches=searches))
         found: dict[int, list[tuple[str, str, Fingerprint]]] = {}
-        for (item, _), answer in zip(asking, response.body["responses"]):
+        for (item, _), answer in zip(asking, response["responses"]):
             if "error" in answer:
                 kind, reason = error_type_and_reason(answer)
                 raise JobError(f"looking up duplicates in {self.options.index} failed: {kind}: {reason}")
@@ -348,7 +347,7 @@ class Loader:
                 operations=operations, filter_path=["items.*.status", "items.*._id", "items.*.error",
                                                     "items.*._index", "items.*._seq_no", "items.*._primary_term"]))
             again = []
-            for item, answer in zip(items, response.body["items"]):
+            for item, answer in zip(items, response["items"]):
                 result = answer.get("index", {})
                 status = int(result.get("status", 0))
                 if 200 <= status < 300:

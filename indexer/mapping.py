@@ -5,7 +5,7 @@ Pure part: :func:`mapping_conflicts` compares the existing mapping of every conc
 and :func:`text_fields` read a mapping. I/O part: :func:`plan_neardup_mapping` (read and check, change
 nothing) and :func:`put_neardup_mapping`.
 
-What counts as a conflict (the job would write values Elasticsearch cannot store or find):
+What counts as a conflict (the job would write values the cluster cannot store or find):
 
 * ``neardup`` mapped as something other than an object (a keyword, ``nested``, ...), or as an
   object with ``enabled: false``;
@@ -24,10 +24,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from elasticsearch import ApiError, Elasticsearch
-
 from neardup.fingerprint import FIELD, es_mapping
-from neardup.indexer.errors import JobError, error_type_and_reason
+from neardup.indexer.client import Client
+from neardup.indexer.errors import ClusterApiError, JobError, error_type_and_reason
 from neardup.indexer.retry import Retrier
 
 #: Added to the fingerprint's mapping by ``neardup load --on-duplicate tag``.
@@ -71,7 +70,8 @@ def field_conflicts(name: str, existing: Mapping[str, Any], wanted: Mapping[str,
         ignore_above = existing.get("ignore_above")
         if isinstance(ignore_above, int) and ignore_above < MIN_IGNORE_ABOVE:
             problems.append(f"{FIELD}.{name} has ignore_above={ignore_above}, which drops neardup values")
-        if existing.get("normalizer"):
+        # OpenSearch reads a keyword without a normalizer back as ``normalizer: default``
+        if existing.get("normalizer") not in (None, "", "default"):
             problems.append(f"{FIELD}.{name} has a normalizer ({existing['normalizer']}); neardup needs none")
     return problems
 
@@ -142,12 +142,12 @@ def text_fields(mapping: Mapping[str, Any]) -> list[str]:
 
 # --- I/O -----------------------------------------------------------------------------------
 
-def read_mappings(client: Elasticsearch, retrier: Retrier, index: str
+def read_mappings(client: Client, retrier: Retrier, index: str
                   ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """(index → mappings, index → {neardup.* → full definition}) for every concrete index."""
-    roots = retrier.call("reading the mapping", lambda: client.indices.get_mapping(index=index)).body
+    roots = retrier.call("reading the mapping", lambda: client.indices.get_mapping(index=index))
     fields = retrier.call("reading the neardup mapping", lambda: client.indices.get_field_mapping(
-        index=index, fields=f"{FIELD}.*", include_defaults=True)).body
+        index=index, fields=f"{FIELD}.*", include_defaults=True))
     root_mappings = {name: value.get("mappings", {}) for name, value in roots.items()}
     field_mappings = {
         name: {path: next(iter(entry["mapping"].values())) for path, entry in value.get("mappings", {}).items()}
@@ -164,7 +164,7 @@ class MappingPlan:
     missing: dict[str, dict[str, Any]]
 
 
-def plan_neardup_mapping(client: Elasticsearch, retrier: Retrier, index: str, *,
+def plan_neardup_mapping(client: Client, retrier: Retrier, index: str, *,
                          with_duplicate_of: bool = False,
                          extra: Mapping[str, Mapping[str, Any]] | None = None) -> MappingPlan:
     """Read and check the ``neardup`` mapping of every index behind ``index``; change nothing.
@@ -187,15 +187,15 @@ def plan_neardup_mapping(client: Elasticsearch, retrier: Retrier, index: str, *,
     return MappingPlan(root_mappings, missing_properties(field_mappings, root_mappings, wanted))
 
 
-def put_neardup_mapping(client: Elasticsearch, retrier: Retrier, index: str, plan: MappingPlan) -> None:
+def put_neardup_mapping(client: Client, retrier: Retrier, index: str, plan: MappingPlan) -> None:
     """Add the missing ``neardup`` sub-fields (one atomic put-mapping request)."""
     if not plan.missing:
         return
     properties = {FIELD: {"properties": plan.missing}}
     try:
         retrier.call("putting the neardup mapping", lambda: client.indices.put_mapping(index=index, properties=properties))
-    except ApiError as exc:
-        if exc.meta.status in (401, 403, 404):
+    except ClusterApiError as exc:
+        if exc.status in (401, 403, 404):
             raise
         kind, reason = error_type_and_reason(exc.body)
         raise JobError(f"Elasticsearch refused the neardup mapping for {index} ({kind}: {reason}); "

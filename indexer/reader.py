@@ -16,9 +16,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from elasticsearch import ApiError, Elasticsearch
-
-from neardup.indexer.errors import JobError, error_type_and_reason
+from neardup.indexer.client import Client
+from neardup.indexer.errors import ClusterApiError, JobError, error_type_and_reason
 from neardup.indexer.query import SliceSpec
 from neardup.indexer.retry import Retrier
 
@@ -33,7 +32,7 @@ class PitExpired(Exception):
 
 
 def is_pit_expired(exc: BaseException) -> bool:
-    if not isinstance(exc, ApiError) or exc.meta.status != 404:
+    if not isinstance(exc, ClusterApiError) or exc.status != 404:
         return False
     return "search_context_missing_exception" in str(exc.body)
 
@@ -45,7 +44,7 @@ def shard_failure_types(response: dict[str, Any]) -> list[str]:
 
 @dataclass
 class SliceReader:
-    client: Elasticsearch
+    client: Client
     retrier: Retrier
     index: str
     query: dict[str, Any]
@@ -58,9 +57,8 @@ class SliceReader:
     _search_after: list[Any] | None = field(default=None, repr=False)
 
     def open(self) -> None:
-        response = self.retrier.call("opening a point in time", lambda: self.client.open_point_in_time(
+        self.pit_id = self.retrier.call("opening a point in time", lambda: self.client.open_point_in_time(
             index=self.index, keep_alive=self.keep_alive))
-        self.pit_id = response["id"]
         self._search_after = None
 
     def close(self) -> None:
@@ -78,8 +76,8 @@ class SliceReader:
         if sliced is not None:
             request["slice"] = sliced
         try:
-            response = self.retrier.call("searching", lambda: self.client.search(**request)).body
-        except ApiError as exc:
+            response = self.retrier.call("searching", lambda: self.client.search(**request))
+        except ClusterApiError as exc:
             if is_pit_expired(exc):
                 raise PitExpired() from None
             raise

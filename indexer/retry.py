@@ -1,4 +1,4 @@
-"""Retrying transient Elasticsearch failures with exponential backoff and jitter.
+"""Retrying transient failures of the cluster with exponential backoff and jitter.
 
 Transient: connection refused or reset, timeouts, and the statuses 429 (too many requests,
 also bulk rejections), 502, 503 and 504. Anything else (400, 401, 403, 404, 409 ...) is a
@@ -19,10 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-import elastic_transport
-from elasticsearch import ApiError
-
-from neardup.indexer.errors import Unreachable, error_type_and_reason, unreachable_message
+from neardup.indexer.errors import (
+    ClusterApiError,
+    ClusterConnectionError,
+    ClusterTlsError,
+    Unreachable,
+    unreachable_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +36,11 @@ TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
 
 def is_transient(exc: BaseException) -> bool:
     """Worth retrying: the cluster may answer normally a little later."""
-    if isinstance(exc, ApiError):
-        return exc.meta.status in TRANSIENT_STATUSES
-    if isinstance(exc, elastic_transport.TlsError):
+    if isinstance(exc, ClusterApiError):
+        return exc.status in TRANSIENT_STATUSES
+    if isinstance(exc, ClusterTlsError):
         return False  # a certificate problem does not heal by waiting
-    return isinstance(exc, (elastic_transport.ConnectionError, elastic_transport.ConnectionTimeout))
+    return isinstance(exc, ClusterConnectionError)
 
 
 def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> float:
@@ -84,9 +87,8 @@ class Retrier:
 
 
 def short_cause(exc: BaseException) -> str:
-    if isinstance(exc, ApiError):
-        kind, reason = error_type_and_reason(exc.body)
-        return f"{exc.meta.status} {kind}: {reason}"[:300]
-    if isinstance(exc, elastic_transport.TransportError):
+    if isinstance(exc, ClusterApiError):
+        return f"{exc.status} {exc.error_type}: {exc.reason}"[:300]
+    if isinstance(exc, ClusterConnectionError):
         return f"{type(exc).__name__}: {exc.message}"[:300]
     return f"{type(exc).__name__}: {exc}"[:300]

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from elasticsearch import ApiError, Elasticsearch
 
 from neardup.fingerprint.tfidf import CorpusStats
-from neardup.indexer.errors import JobError, error_type_and_reason
+from neardup.indexer.client import Client
+from neardup.indexer.errors import ClusterApiError, JobError, error_type_and_reason
 from neardup.indexer.retry import TRANSIENT_STATUSES, Retrier
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ class StatsStore:
     the parts this writer has just written.
     """
 
-    client: Elasticsearch
+    client: Client
     retrier: Retrier
     name: str            # the statistics index
     version: str
@@ -130,20 +130,20 @@ class StatsStore:
         if self._ready:
             return
         exists = self.retrier.call("checking the TF-IDF statistics index",
-                                   lambda: self.client.indices.exists(index=self.name)).body
+                                   lambda: self.client.indices.exists(index=self.name))
         if not exists:
             try:
                 self.retrier.call("creating the TF-IDF statistics index", lambda: self.client.indices.create(
                     index=self.name, mappings=STATS_MAPPING,
                     settings={"index": {"hidden": True, "number_of_shards": 1, "auto_expand_replicas": "0-1"}}))
-            except ApiError as exc:
+            except ClusterApiError as exc:
                 if error_type_and_reason(exc.body)[0] != "resource_already_exists_exception":
                     raise JobError(f"cannot create the TF-IDF statistics index {self.name}: "
                                    f"{': '.join(error_type_and_reason(exc.body))}") from None
         # another writer may have just created it: its shard must be started before we read
         health = self.retrier.call("waiting for the TF-IDF statistics index", lambda: self.client.cluster.health(
             index=self.name, wait_for_active_shards="1", timeout="60s", expand_wildcards="all"))
-        if health.body.get("timed_out"):
+        if health.get("timed_out"):
             raise JobError(f"the TF-IDF statistics index {self.name} did not become available within 60s")
         self._ready = True
 
@@ -152,7 +152,7 @@ class StatsStore:
     def _mget(self, ids: Sequence[str]) -> list[dict[str, Any]]:
         response = self.retrier.call("reading TF-IDF statistics", lambda: self.client.mget(
             index=self.name, ids=list(ids), realtime=True))
-        docs = response.body["docs"]
+        docs = response["docs"]
         for doc in docs:
             if "error" in doc:
                 raise JobError(f"reading TF-IDF statistics from {self.name} failed: "
@@ -251,7 +251,7 @@ class StatsStore:
         again: list[str] = []
         transient = False
         for doc_id, (_action, source), answer in zip(sending, zip(operations[::2], operations[1::2]),
-                                                    response.body["items"]):
+                                                    response["items"]):
             result = next(iter(answer.values()))
             status = int(result.get("status", 0))
             if 200 <= status < 300:

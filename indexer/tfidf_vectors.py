@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from elasticsearch import Elasticsearch
 
 from neardup.config import Config, ConfigError
 from neardup.fingerprint import FIELD, Fingerprinter
 from neardup.fingerprint.texts import document_texts
 from neardup.fingerprint.tfidf import TF_FIELD, CorpusStats, TermCounts, TfidfWeigher, tf_mapping
+from neardup.indexer.client import Client
 from neardup.indexer.errors import JobError
 from neardup.indexer.retry import Retrier
 from neardup.indexer.tfidf_stats import StatsStore, stats_index_name
@@ -122,7 +122,7 @@ class TfidfEnricher:
         return self.weigher.vector(self.counts(texts), stats).to_source()
 
 
-def make_enricher(config: Config, client: Elasticsearch, retrier: Retrier,
+def make_enricher(config: Config, client: Client, retrier: Retrier,
                   fingerprinter: Fingerprinter | None = None) -> TfidfEnricher:
     """The enricher of a configuration (``config.tfidf.enabled`` is the caller's to check)."""
     try:

@@ -34,20 +34,22 @@ covered by the check after the acknowledgement like the seeds written
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from elasticsearch import Elasticsearch
-
 from neardup.fingerprint import FIELD
 from neardup.fingerprint.texts import Outcome
+from neardup.indexer.client import Client
 from neardup.indexer.cluster.seeds import SeededWrite, Seeder, seeded_write, uncertain_write
 from neardup.indexer.docversion import DocVersion
-from neardup.indexer.errors import error_type_and_reason
+from neardup.indexer.errors import ClusterError, error_type_and_reason
 from neardup.indexer.retry import TRANSIENT_STATUSES, Retrier
 from neardup.indexer.stats import JobStats
+
+log = logging.getLogger(__name__)
 
 #: ``(outcome, neardup value or None)`` for a document's ``_source``.
 FingerprintSource = Callable[[Mapping[str, Any]], tuple[Outcome, dict[str, Any] | None]]
@@ -92,7 +94,7 @@ def count_outcome(stats: JobStats, outcome: Outcome) -> None:
 
 @dataclass
 class BulkUpdater:
-    client: Elasticsearch
+    client: Client
     retrier: Retrier
     fingerprint_source: FingerprintSource
     source_fields: Sequence[str]
@@ -165,7 +167,7 @@ class BulkUpdater:
         response = self.retrier.call("writing fingerprints", lambda: self.client.bulk(
             operations=operations, filter_path=_BULK_FILTER))
         self.stats.write_seconds += time.perf_counter() - started
-        items = response.body.get("items", [])
+        items = response.get("items", [])
         if len(items) != len(pending):
             raise RuntimeError(f"bulk answered {len(items)} items for {len(pending)} actions")
         return items
@@ -207,7 +209,7 @@ class BulkUpdater:
             docs=[p.get_ref() for p in conflicted], source=list(self.source_fields) or False, realtime=True))
         self.stats.read_seconds += time.perf_counter() - started
         fresh: list[Pending] = []
-        for previous, doc in zip(conflicted, response.body["docs"]):
+        for previous, doc in zip(conflicted, response["docs"]):
             if "error" in doc:
                 kind, reason = error_type_and_reason(doc)
                 self.stats.failures.add(f"re-reading failed: {kind}: {reason}"[:300], previous.id)
@@ -218,3 +220,13 @@ class BulkUpdater:
                 if item is not None:
                     fresh.append(item)
         return fresh
+
+
+def refresh_written(client: Client, index: str) -> None:
+    """Refresh the indices a job wrote, so that a search right after it returns finds the writes
+    (one attempt: a failure is a warning, the periodic refresh makes them searchable soon after)."""
+    try:
+        client.indices.refresh(index=index)
+    except ClusterError as exc:
+        log.warning("could not refresh %s after writing (%s): the writes become searchable "
+                    "with the next periodic refresh", index, exc)

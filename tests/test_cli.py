@@ -16,13 +16,14 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch
 
 from neardup.cli import build_parser, main
 from neardup.fingerprint import FIELD
-from tests.plugins.corpora import bulk_load, run_neardup
+from tests.engine_support import bulk_load, count, create_index, delete_index, search
+from tests.plugins.corpora import run_neardup
 from tests.test_proxy_support import ProxyThread, make_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -158,7 +159,7 @@ def test_a_bad_option_value_is_the_one_line_configuration_error(argv, start, cap
 
 @pytest.mark.parametrize(("level", "shown"), [("INFO", False), ("WARNING", False), ("DEBUG", True)])
 def test_third_party_info_lines_are_shown_only_with_debug(level, shown):
-    """pymorphy3 announces its dictionaries and elastic_transport every request and node timeout
+    """pymorphy3 announces its dictionaries, elastic_transport and opensearch-py every request and node timeout
     at INFO/WARNING: noise in a job's output unless ``--log-level DEBUG`` asks for everything."""
     from neardup.cli import configure_logging
 
@@ -167,6 +168,7 @@ def test_third_party_info_lines_are_shown_only_with_debug(level, shown):
     assert logging.getLogger("elastic_transport.transport").isEnabledFor(logging.INFO) is shown
     assert logging.getLogger("elastic_transport.node_pool").isEnabledFor(logging.WARNING) is shown
     assert logging.getLogger("elastic_transport.node_pool").isEnabledFor(logging.ERROR)
+    assert logging.getLogger("opensearch").isEnabledFor(logging.INFO) is shown
     assert logging.getLogger("neardup.indexer.progress").isEnabledFor(logging.INFO) is (level != "WARNING")
 
 
@@ -227,10 +229,6 @@ DOCS = [
 ]
 
 
-def node_version(es: Elasticsearch) -> str:
-    return str(next(iter(es.nodes.info(node_id="_local")["nodes"].values()))["version"])
-
-
 @pytest.fixture
 def elsewhere() -> Iterator[str]:
     """A URL where nothing answers (a bound, not listening port): NEARDUP_UPSTREAM__URLS of the runs."""
@@ -240,23 +238,23 @@ def elsewhere() -> Iterator[str]:
 
 
 @pytest.fixture
-def index_names(es: Elasticsearch) -> Iterator[list[str]]:
+def index_names(es: Any) -> Iterator[list[str]]:
     names: list[str] = []
     yield names
     for name in names:
-        es.options(ignore_status=404).indices.delete(index=name)
+        delete_index(es, name)
 
 
-def test_every_job_works_on_the_cluster_of_the_global_upstream_and_names_it(es, es_url, elsewhere, index_names,
-                                                                           tmp_path):
+def test_every_job_works_on_the_cluster_of_the_global_upstream_and_names_it(es, es_url, engine, elsewhere,
+                                                                           index_names, tmp_path):
     """``neardup --upstream URL`` wins over NEARDUP_UPSTREAM__URLS (which points where nothing
     answers), and every job's summary names the cluster: URL, engine and version."""
     url = es_url.rstrip("/")
-    cluster = {"url": url, "engine": "Elasticsearch", "version": node_version(es)}
-    named = f"Elasticsearch {cluster['version']} at {url}\n"
+    cluster = {"url": url, "engine": engine.engine, "version": engine.version}
+    named = f"{engine.engine} {cluster['version']} at {url}\n"
     enriched, loaded = f"cli-upstream-{uuid.uuid4().hex[:8]}", f"cli-upstream-{uuid.uuid4().hex[:8]}"
     index_names += [enriched, loaded]
-    es.indices.create(index=enriched, settings={"number_of_shards": 1, "number_of_replicas": 0})
+    create_index(es, enriched, settings={"number_of_shards": 1, "number_of_replicas": 0})
     bulk_load(es, enriched, DOCS)
 
     def neardup(*args: str) -> str:
@@ -268,14 +266,13 @@ def test_every_job_works_on_the_cluster_of_the_global_upstream_and_names_it(es, 
     assert without_flag.returncode == 3 and elsewhere in without_flag.stderr.decode()
 
     assert f"\n  upstream           {named}" in neardup("index", "--index", enriched)
-    es.indices.refresh(index=enriched)
-    assert all(FIELD in hit["_source"] for hit in es.search(index=enriched)["hits"]["hits"])
+    assert all(FIELD in hit["_source"] for hit in search(es, enriched)["hits"]["hits"])
     assert json.loads(neardup("index", "--index", enriched, "--json"))["cluster"] == cluster
 
     source = tmp_path / "docs.jsonl"
     source.write_text("".join(json.dumps(doc) + "\n" for doc in DOCS), encoding="utf-8")
     assert f"\n  upstream {named}" in neardup("load", "--index", loaded, str(source), "--refresh")
-    assert es.count(index=loaded)["count"] == len(DOCS)
+    assert count(es, loaded) == len(DOCS)
     assert json.loads(neardup("load", "--index", loaded, str(source), "--json"))["cluster"] == cluster
 
     assert f"\nupstream: {named}" in neardup("duplicates", "--index", loaded, "--id", "a")
@@ -287,13 +284,15 @@ def test_every_job_works_on_the_cluster_of_the_global_upstream_and_names_it(es, 
     assert json.loads(last)["summary"]["cluster"] == cluster
 
 
-def test_a_cluster_that_will_not_tell_its_version_is_named_with_the_version_unknown(es, es_url, elsewhere,
+def test_a_cluster_that_will_not_tell_its_version_is_named_with_the_version_unknown(es, es_url, engine, elsewhere,
                                                                                     index_names):
     """The node is reached through the proxy, which admits only the health check and the
-    index: ``GET /`` and ``GET /_nodes/_local`` are refused (403), the job runs all the same."""
+    index: ``GET /`` and ``GET /_nodes/_local`` are refused (403), the job runs all the same on
+    Elasticsearch. OpenSearch is then taken for Elasticsearch, whose client refuses it: the job
+    stops with one message saying so."""
     name = f"cli-upstream-{uuid.uuid4().hex[:8]}"
     index_names.append(name)
-    es.indices.create(index=name, settings={"number_of_shards": 1, "number_of_replicas": 0})
+    create_index(es, name, settings={"number_of_shards": 1, "number_of_replicas": 0})
     bulk_load(es, name, DOCS)
     assert run_neardup(["--upstream", es_url, "index", "--index", name], elsewhere).returncode == 0
     rules = {"allowed_paths": ["/_cluster/health", f"/{name}/**"]}
@@ -301,6 +300,10 @@ def test_a_cluster_that_will_not_tell_its_version_is_named_with_the_version_unkn
         text = run_neardup(["--upstream", proxy.url, "duplicates", "--index", name, "--id", "a"], elsewhere)
         found = run_neardup(["--upstream", proxy.url, "duplicates", "--index", name, "--id", "a", "--json"],
                             elsewhere)
+    if engine.is_opensearch:
+        assert text.returncode == 3 and "Traceback" not in text.stderr.decode()
+        assert f"the cluster at {proxy.url}: it does not answer as Elasticsearch does" in text.stderr.decode()
+        return
     assert text.returncode == 0, text.stderr.decode(errors="replace")
     assert f"\nupstream: Elasticsearch (version unknown) at {proxy.url}\n" in text.stdout.decode()
     assert json.loads(found.stdout)["cluster"] == {"url": proxy.url, "engine": "Elasticsearch", "version": None}

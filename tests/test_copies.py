@@ -29,7 +29,8 @@ from neardup.corpora import reuters_documents
 from neardup.fingerprint import Fingerprinter
 from neardup.fingerprint.bloom import BloomParams
 from neardup.fingerprint.copies import build_filter, candidates, check_min_share, content_sets, ranked, verify
-from tests.plugins.corpora import bulk_load, run_neardup
+from tests.engine_support import bulk_load, create_index, index_document
+from tests.plugins.corpora import run_neardup
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
@@ -180,7 +181,7 @@ def planted(es) -> Iterator[dict[str, Any]]:
     for host, _ in others[3:]:
         corpus.append({"id": f"boiler-{host['id']}", "title": host["title"], "body": host["body"] + "\n" + BOILERPLATE})
     name = f"copies-test-{uuid.uuid4().hex[:10]}"
-    es.indices.create(index=name, settings={"number_of_shards": 2, "number_of_replicas": 0})
+    create_index(es, name, settings={"number_of_shards": 2, "number_of_replicas": 0})
     try:
         bulk_load(es, name, corpus)
         yield {"index": name, "corpus": corpus, "plants": plants,
@@ -237,7 +238,7 @@ def test_copies_finds_every_planted_fragment_with_its_direction_and_nothing_amon
 
 
 @pytest.mark.es
-def test_max_df_drops_boilerplate_pairs_and_min_share_raises_the_bar(es_url, planted):
+def test_max_df_drops_boilerplate_pairs_and_min_share_raises_the_bar(es_url, engine, planted):
     status, out, err = run_copies(es_url, "--index", planted["index"], "--max-df", "4", "--min-share", "0.08",
                                   "--min-shared", "1")
     assert status == 0, err
@@ -250,7 +251,7 @@ def test_max_df_drops_boilerplate_pairs_and_min_share_raises_the_bar(es_url, pla
     plants = {(p["copier"], p["source"]): p["share"] for p in planted["plants"]}
     assert [plants[k] for k in found if k in plants] == [0.5, 0.1]   # the 5 % plant is below 0.08
     assert "found in more than 4 documents left out" in summary and "verified pairs: " in summary
-    assert "\n  upstream: Elasticsearch " in summary and f" at {es_url.rstrip('/')}\n" in summary
+    assert f"\n  upstream: {engine.engine} {engine.version} at {es_url.rstrip('/')}\n" in summary
     # --limit lists the top pairs only: the 50 % plant holds the highest share of its source
     status, out, _ = run_copies(es_url, "--index", planted["index"], "--limit", "1", "--fields", "title,body")
     sizes = {d["id"]: len(s) for d, s in zip(planted["corpus"], planted["sets"])}
@@ -276,10 +277,10 @@ def test_bad_input_gets_one_clear_message(es, es_url, planted):
     status, _, err = run_copies(es_url, "--index", planted["index"], NEARDUP_COPIES__ROW_BITS="100")
     assert status == 2 and "copies.row_bits = 100" in err
     empty = f"copies-empty-{uuid.uuid4().hex[:8]}"
-    es.indices.create(index=empty)
+    create_index(es, empty)
     try:
         assert run_copies(es_url, "--index", empty)[0::2] == (3, f"neardup: {empty} holds no documents\n")
-        es.index(index=empty, id="1", document={"title": 42, "body": {"x": 1}}, refresh=True)
+        index_document(es, empty, "1", {"title": 42, "body": {"x": 1}}, refresh=True)
         status, _, err = run_copies(es_url, "--index", empty)
         assert status == 3 and "holds text in the fields title, body (non_string: 1)" in err
     finally:

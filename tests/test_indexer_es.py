@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch
 
 from neardup.config import load_config
 from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams
@@ -27,7 +26,17 @@ from neardup.indexer.reader import SliceReader
 from neardup.indexer.retry import Retrier
 from neardup.indexer.stats import JobStats
 from neardup.indexer.writer import BulkUpdater
-from tests.plugins.corpora import bulk_load, neardup_env, run_neardup, with_seed
+from tests.engine_support import (
+    bulk_load,
+    count,
+    create_index,
+    delete_index,
+    index_document,
+    search,
+    update_document,
+    without_fingerprint,
+)
+from tests.plugins.corpora import neardup_env, run_neardup, with_seed
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -41,29 +50,29 @@ def fp() -> Fingerprinter:
 
 
 @pytest.fixture
-def new_index(es: Elasticsearch) -> Iterator[Any]:
+def new_index(es: Any) -> Iterator[Any]:
     """Factory: ``new_index(docs, mappings=None, shards=2)`` → name of a fresh index (deleted after)."""
     names: list[str] = []
 
     def make(docs: list[dict[str, Any]], mappings: dict[str, Any] | None = None, shards: int = 2,
-             id_field: str = "id") -> str:
+             id_field: str = "id", **settings: Any) -> str:
         name = f"indexer-test-{uuid.uuid4().hex[:10]}"
         names.append(name)
-        es.indices.create(index=name, settings={"number_of_shards": shards, "number_of_replicas": 0},
-                          mappings=mappings)
+        create_index(es, name, settings={"number_of_shards": shards, "number_of_replicas": 0, **settings},
+                     mappings=mappings)
         if docs:
             bulk_load(es, name, docs, id_field=id_field)
         return name
 
     yield make
     for name in names:
-        es.options(ignore_status=404).indices.delete(index=name)
+        delete_index(es, name)
 
 
-def all_docs(es: Elasticsearch, index: str) -> dict[str, dict[str, Any]]:
+def all_docs(es: Any, index: str) -> dict[str, dict[str, Any]]:
     es.indices.refresh(index=index)
-    hits = es.search(index=index, size=10_000, seq_no_primary_term=True, version=True,
-                     query={"match_all": {}})["hits"]["hits"]
+    hits = search(es, index, size=10_000, seq_no_primary_term=True, version=True,
+                  query={"match_all": {}})["hits"]["hits"]
     return {h["_id"]: h for h in hits}
 
 
@@ -150,14 +159,14 @@ def test_second_run_reads_nothing_and_force_rewrites_nothing(es, es_url, new_ind
         {i: (h["_seq_no"], h["_version"]) for i, h in before.items()}
 
 
-def test_summary_text_names_every_count(es_url, new_index):
+def test_summary_text_names_every_count(es_url, engine, new_index):
     name = new_index(MIXED_DOCS)
     result = run_neardup(["index", "--index", name], es_url)
     assert result.returncode == EXIT_OK, stderr(result)
     text = result.stdout.decode()
     for needle in ("read 8 documents", "updated            5", "no text field    1", "non-string value 1",
                    "empty text       1", "conflicts retried  0", "deleted meanwhile  0", "failed             0",
-                   "upstream           Elasticsearch ", f" at {es_url.rstrip('/')}\n"):
+                   f"upstream           {engine.engine} {engine.version} at {es_url.rstrip('/')}\n"):
         assert needle in text, text
 
 
@@ -173,13 +182,26 @@ def test_dynamic_strict_index_gets_the_mapping_explicitly(es, es_url, new_index)
 def test_custom_routing_is_kept(es, es_url, new_index, fp):
     name = new_index([])
     for doc in MIXED_DOCS[:2]:
-        es.index(index=name, id=doc["id"], routing="r-" + doc["id"], document=doc)
+        index_document(es, name, doc["id"], doc, routing="r-" + doc["id"])
     es.indices.refresh(index=name)
     result, summary = index_cmd(es_url, name)
     assert result.returncode == EXIT_OK, stderr(result)
     assert summary["updated"] == 2
     got = es.get(index=name, id="ok-1", routing="r-ok-1")["_source"]
     assert got[FIELD]["v"] == fp.version
+
+
+# --- the writes are searchable when the command returns ----------------------------------------------
+
+def test_index_refreshes_what_it_wrote_unless_told_not_to(es, es_url, new_index):
+    """With periodic refreshes off, only the job's own refresh makes the fingerprints searchable."""
+    refreshed, unrefreshed = (new_index(MIXED_DOCS[:3], refresh_interval="-1") for _ in range(2))
+    result, summary = index_cmd(es_url, refreshed)
+    assert result.returncode == EXIT_OK and summary["updated"] == 3, stderr(result)
+    assert without_fingerprint(es, refreshed) == 0
+    result, summary = index_cmd(es_url, unrefreshed, "--no-refresh")
+    assert result.returncode == EXIT_OK and summary["updated"] == 3, stderr(result)
+    assert without_fingerprint(es, unrefreshed) == 3
 
 
 # --- selection: --since and --slice --------------------------------------------------------------------
@@ -295,9 +317,9 @@ def test_conflicting_writes_are_reread_and_deleted_documents_stay_deleted(es, es
         patched = [d["id"] for d in docs[10:20]]
         deleted = [d["id"] for d in docs[20:30]]
         for doc_id in replaced:
-            es.index(index=name, id=doc_id, document={"id": doc_id, "title": "replaced", "body": f"new text {doc_id} " * 20})
+            index_document(es, name, doc_id, {"id": doc_id, "title": "replaced", "body": f"new text {doc_id} " * 20})
         for doc_id in patched:
-            es.update(index=name, id=doc_id, doc={"body": f"patched body {doc_id} " * 20})
+            update_document(es, name, doc_id, {"body": f"patched body {doc_id} " * 20})
         for doc_id in deleted:
             es.delete(index=name, id=doc_id)
         updater.write([updater.pending_from_hit(h) for h in hits])
@@ -351,7 +373,7 @@ def test_concurrent_updates_and_deletes_while_the_job_runs(es, es_url, new_index
             es.delete(index=name, id=doc_id)
         else:
             body = f"replacement {doc_id}: " + docs[i + 1]["body"]
-            es.index(index=name, id=doc_id, document={**docs[i], "body": body})
+            index_document(es, name, doc_id, {**docs[i], "body": body})
             replaced[doc_id] = body
         i += 1
     out, err = job.communicate(timeout=600)
@@ -374,9 +396,9 @@ def test_concurrent_updates_and_deletes_while_the_job_runs(es, es_url, new_index
             assert source[FIELD] == with_seed(fp.fingerprint_fields(texts).to_source(), doc_id), doc_id
 
 
-def count_enriched(es: Elasticsearch, index: str, version: str) -> int:
+def count_enriched(es: Any, index: str, version: str) -> int:
     es.indices.refresh(index=index)
-    return es.count(index=index, query={"term": {f"{FIELD}.v": version}})["count"]
+    return count(es, index, {"term": {f"{FIELD}.v": version}})
 
 
 def test_sigkill_halfway_then_resume(es, es_url, new_index, fp, reuters_docs):
@@ -505,7 +527,7 @@ def test_lasting_outage_stops_with_how_to_resume(es, es_url, new_index, fp, reut
             job.kill()
     message = err.decode()
     assert job.returncode == EXIT_STOPPED, message
-    assert f"Elasticsearch at {proxy.url} unreachable" in message
+    assert f"the cluster at {proxy.url} is unreachable" in message
     assert "run the same command again to resume (already-enriched documents are skipped)" in message
     assert "Traceback" not in message
     partial = json.loads(out)

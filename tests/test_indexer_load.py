@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch
 
 from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams
 from neardup.indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_STOPPED
 from neardup.indexer.matching import similarity
+from tests.engine_support import count, create_index, delete_index, index_document, search, without_fingerprint
 from tests.plugins.corpora import run_neardup, with_seed
 
 pytestmark = pytest.mark.timeout(600)
@@ -41,10 +41,10 @@ def stories(reuters_docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def index_name(es: Elasticsearch) -> Iterator[str]:
+def index_name(es: Any) -> Iterator[str]:
     name = f"indexer-load-{uuid.uuid4().hex[:10]}"
     yield name
-    es.options(ignore_status=404).indices.delete(index=name)
+    delete_index(es, name)
 
 
 def write_lines(path: Path, docs: list[Any]) -> Path:
@@ -130,6 +130,23 @@ def test_load_creates_the_index_and_stores_lines_byte_for_byte(es, es_url, index
     assert mapping["properties"]["mega"] == {"type": "keyword"}
 
 
+def test_load_refreshes_what_it_wrote_unless_told_not_to(es, es_url, index_name, tmp_path, stories):
+    """With periodic refreshes off, only the job's own refresh makes the documents searchable."""
+    source = write_lines(tmp_path / "docs.jsonl", stories[:5])
+    unrefreshed = f"{index_name}-unrefreshed"
+    try:
+        for name in (index_name, unrefreshed):
+            create_index(es, name, settings={"refresh_interval": "-1", "number_of_replicas": 0})
+        result = run_neardup(["load", "--index", index_name, str(source)], es_url)
+        assert result.returncode == EXIT_OK, result.stderr.decode()
+        assert (count(es, index_name), without_fingerprint(es, index_name)) == (5, 0)
+        result = run_neardup(["load", "--index", unrefreshed, str(source), "--no-refresh"], es_url)
+        assert result.returncode == EXIT_OK, result.stderr.decode()
+        assert count(es, unrefreshed) == 0
+    finally:
+        delete_index(es, unrefreshed)
+
+
 @pytest.mark.parametrize("mode", ["tag", "skip"])
 def test_on_duplicate_within_one_run(es, es_url, index_name, tmp_path, fp, stories, mode):
     expected = brute_force_duplicates(stories, fp, THRESHOLD)
@@ -139,7 +156,7 @@ def test_on_duplicate_within_one_run(es, es_url, index_name, tmp_path, fp, stori
     assert result.returncode == EXIT_OK, result.stderr.decode()
     reported = {r["id"]: r["duplicate_of"] for r in summary[{"tag": "tagged", "skip": "skipped"}[mode]]}
     assert reported == expected
-    stored = {h["_id"]: h["_source"] for h in es.search(index=index_name, size=100)["hits"]["hits"]}
+    stored = {h["_id"]: h["_source"] for h in search(es, index_name, size=100)["hits"]["hits"]}
     if mode == "tag":
         assert set(stored) == set(STORY_IDS)
         assert {i: s[FIELD].get("duplicate_of") for i, s in stored.items() if "duplicate_of" in s[FIELD]} == expected
@@ -196,7 +213,7 @@ def test_duplicates_lists_verified_near_duplicates(es, es_url, index_name, tmp_p
 
 
 def test_duplicates_of_a_document_without_fingerprint(es, es_url, index_name):
-    es.index(index=index_name, id="plain", document={"title": "t", "body": "b"}, refresh=True)
+    index_document(es, index_name, "plain", {"title": "t", "body": "b"}, refresh=True)
     result = run_neardup(["duplicates", "--index", index_name, "--id", "plain"], es_url)
     assert result.returncode == EXIT_STOPPED
     assert "has no fingerprint" in result.stderr.decode() and "neardup index" in result.stderr.decode()

@@ -1,4 +1,4 @@
-"""All of Reuters-21578 enriched by ``neardup index`` in the real Elasticsearch (shared fixture)."""
+"""All of Reuters-21578 enriched by ``neardup index`` in the real cluster (shared fixture)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from multiprocessing import get_context
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch, helpers
 
 from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams
 from neardup.indexer.cluster.seeds import SeedPlan
+from tests.engine_support import scan
 
 pytestmark = [pytest.mark.timeout(1800), pytest.mark.slow]
 
@@ -34,11 +34,10 @@ def _expected(texts: tuple[str, ...]) -> dict[str, Any] | None:
     return _FINGERPRINTER.fingerprint_fields(list(texts)).to_source()
 
 
-def test_every_story_is_fingerprinted_and_otherwise_unchanged(es: Elasticsearch, reuters_index: str,
+def test_every_story_is_fingerprinted_and_otherwise_unchanged(es: Any, reuters_index: str,
                                                                reuters_index_summary: dict[str, Any],
                                                                reuters_docs: list[dict[str, Any]]):
-    stored = {hit["_id"]: hit["_source"] for hit in helpers.scan(es, index=reuters_index, size=2000,
-                                                                  query={"query": {"match_all": {}}})}
+    stored = {hit["_id"]: hit["_source"] for hit in scan(es, reuters_index, {"query": {"match_all": {}}}, size=2000)}
     assert len(stored) == len(reuters_docs) == 21578
 
     changed = [d["id"] for d in reuters_docs if without_neardup(stored[d["id"]]) != without_neardup(d)]

@@ -6,15 +6,20 @@ import io
 import json
 import random
 
-import elastic_transport
 import numpy as np
 import pytest
-from elasticsearch import ApiError
 
 from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams
 from neardup.fingerprint.texts import document_texts
 from neardup.indexer.enrich import add_fingerprint, enrich_line, splice_field
-from neardup.indexer.errors import Unreachable, explain
+from neardup.indexer.errors import (
+    ClusterApiError,
+    ClusterConnectionError,
+    ClusterTimeout,
+    ClusterTlsError,
+    Unreachable,
+    explain,
+)
 from neardup.indexer.mapping import field_conflicts, mapping_conflicts, missing_properties, text_fields, wanted_properties
 from neardup.indexer.matching import RunIndex, best_match, similarity, verified_matches
 from neardup.indexer.progress import LogProgress, Progress
@@ -204,26 +209,25 @@ def test_run_index_finds_documents_sharing_keys(fp):
 
 # --- retries ------------------------------------------------------------------------------------
 
-def api_error(status: int) -> ApiError:
-    meta = elastic_transport.ApiResponseMeta(status, "1.1", elastic_transport.HttpHeaders(), 0.0, None)
-    return ApiError("x", meta, {"error": {"type": "t", "reason": "r"}, "status": status})
+def api_error(status: int) -> ClusterApiError:
+    return ClusterApiError(status, {"error": {"type": "t", "reason": "r"}, "status": status})
 
 
 def test_transient_errors_are_classified():
     assert all(is_transient(api_error(s)) for s in (429, 502, 503, 504))
     assert not any(is_transient(api_error(s)) for s in (400, 401, 403, 404, 409, 500))
-    assert is_transient(elastic_transport.ConnectionError("refused"))
-    assert is_transient(elastic_transport.ConnectionTimeout("slow"))
-    assert not is_transient(elastic_transport.TlsError("bad cert"))
+    assert is_transient(ClusterConnectionError("refused"))
+    assert is_transient(ClusterTimeout("slow"))
+    assert not is_transient(ClusterTlsError("bad cert"))
 
 
 def test_explain_names_the_cause():
     assert "rejected the credentials (401" in explain(api_error(401), "http://es")
     assert "denied access (403" in explain(api_error(403), "http://es")
-    missing = ApiError("x", api_error(404).meta, {"error": {"type": "index_not_found_exception", "index": "i"}})
+    missing = ClusterApiError(404, {"error": {"type": "index_not_found_exception", "index": "i"}})
     assert explain(missing, "http://es", "i") == "no such index: i (at http://es)"
-    assert explain(elastic_transport.ConnectionError("refused"), "http://es").startswith(
-        "Elasticsearch at http://es unreachable")
+    assert explain(ClusterConnectionError("refused"), "http://es").startswith(
+        "the cluster at http://es is unreachable")
 
 
 def test_backoff_grows_exponentially_with_jitter_and_a_cap():
@@ -236,7 +240,7 @@ def test_backoff_grows_exponentially_with_jitter_and_a_cap():
 
 def test_retrier_retries_then_succeeds_or_says_how_to_resume():
     waits: list[float] = []
-    failures = iter([elastic_transport.ConnectionError("refused"), api_error(503)])
+    failures = iter([ClusterConnectionError("refused"), api_error(503)])
 
     def flaky():
         failure = next(failures, None)
@@ -249,14 +253,14 @@ def test_retrier_retries_then_succeeds_or_says_how_to_resume():
     assert len(waits) == 2 and retrier.retries == 2
 
     def down():
-        raise elastic_transport.ConnectionError("refused")
+        raise ClusterConnectionError("refused")
 
     with pytest.raises(Unreachable) as caught:
         Retrier("http://es:9200", max_retries=2, sleep=waits.append).call("searching", down)
     message = str(caught.value)
-    assert message.startswith("Elasticsearch at http://es:9200 unreachable")
+    assert message.startswith("the cluster at http://es:9200 is unreachable")
     assert "run the same command again to resume" in message
-    with pytest.raises(ApiError):
+    with pytest.raises(ClusterApiError):
         Retrier("http://es:9200", max_retries=5, sleep=waits.append).call("x", lambda: (_ for _ in ()).throw(api_error(400)))
 
 
@@ -363,17 +367,18 @@ def test_the_commands_run_with_the_options_the_flags_and_the_configuration_give(
     from neardup.cli import cluster, copies, index, main
     from neardup.config import load_config
     from neardup.indexer.errors import JobError
+    from neardup.upstream import ClusterInfo
 
     seen = {}
 
     def recording(name):
-        def run(*args):
-            seen[name] = args[-1]  # the options are the last argument of each runner
+        def run(*args, **keywords):
+            seen[name] = args[-1]  # the options are the last positional argument of each runner
             raise JobError("stop here")
         return run
 
     for module in (index, cluster, copies):
-        monkeypatch.setattr(module, "check_upstream", lambda config: None)
+        monkeypatch.setattr(module, "check_upstream", lambda config: ClusterInfo("http://es", "Elasticsearch", "9.5.4"))
     monkeypatch.setattr(index, "run_job", recording("index"))
     monkeypatch.setattr(cluster, "run_cluster", recording("cluster"))
     monkeypatch.setattr(copies, "run_copies", recording("copies"))

@@ -11,6 +11,7 @@ import pytest
 
 from neardup.fingerprint import FIELD, Fingerprinter, es_mapping
 from neardup.fingerprint.tfidf import CorpusStats, TfidfVector, TfidfWeigher, cosine, tf_mapping
+from tests.engine_support import count, create_index, index_document
 
 pytestmark = pytest.mark.es
 
@@ -27,7 +28,7 @@ def index(es):
     mapping = es_mapping()
     mapping["properties"][FIELD]["properties"].update(tf_mapping())
     mapping["properties"]["stats"] = {"type": "binary"}
-    es.indices.create(index=name, mappings=mapping)
+    create_index(es, name, mappings=mapping)
     yield name
     es.indices.delete(index=name, ignore_unavailable=True)
 
@@ -38,7 +39,7 @@ def test_vectors_round_trip_through_elasticsearch(es, index):
     vectors = weigher.vectors(TEXTS)
     for k, (text, vector) in enumerate(zip(TEXTS, vectors)):
         stored = {**fp.fingerprint(text).to_source(), "tf": vector.to_source()}
-        es.index(index=index, id=str(k), document={"body": text, FIELD: stored}, refresh=k == len(TEXTS) - 1)
+        index_document(es, index, str(k), {"body": text, FIELD: stored}, refresh=k == len(TEXTS) - 1)
     mapping = es.indices.get_mapping(index=index)[index]["mappings"]["properties"][FIELD]["properties"]["tf"]
     assert mapping["properties"]["v"] == {"type": "keyword"}
     assert mapping["properties"]["t"]["type"] == "binary"
@@ -47,7 +48,7 @@ def test_vectors_round_trip_through_elasticsearch(es, index):
     assert cosine(back[0], back[1]) == cosine(vectors[0], vectors[1]) > 0.99
     assert cosine(back[0], back[2]) == 0.0
     # stale vectors can be found by their version keyword
-    found = es.count(index=index, query={"term": {f"{FIELD}.tf.v": weigher.version}})["count"]
+    found = count(es, index, {"term": {f"{FIELD}.tf.v": weigher.version}})
     assert found == 3
 
 
@@ -55,7 +56,7 @@ def test_statistics_blob_round_trips_through_a_binary_field(es, index):
     weigher = TfidfWeigher(Fingerprinter())
     stats = CorpusStats.of(weigher.counts(t).terms for t in TEXTS)
     for part, piece in enumerate(stats.partition(2)):
-        es.index(index=index, id=f"stats-{part}", document={"stats": base64.b64encode(piece.to_bytes()).decode()})
+        index_document(es, index, f"stats-{part}", {"stats": base64.b64encode(piece.to_bytes()).decode()})
     parts = [CorpusStats.from_bytes(base64.b64decode(es.get(index=index, id=f"stats-{p}")["_source"]["stats"]))
              for p in range(4)]
     assert CorpusStats.join(parts) == stats

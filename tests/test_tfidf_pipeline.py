@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from elasticsearch import Elasticsearch, helpers
 
 from neardup.config import Config
 from neardup.corpora import reuters_documents
@@ -28,6 +27,8 @@ from neardup.indexer.retry import Retrier
 from neardup.indexer.tfidf_stats import StatsStore, stats_index_name
 from neardup.indexer.tfidf_vectors import tf_properties
 from neardup.tfidf_config import weigher_from_config
+from tests.engine_support import bulk_load, create_index, delete_index
+from tests.engine_support import search as search_index
 from tests.plugins.corpora import run_neardup
 from tests.test_proxy_support import ProxyThread, make_config
 
@@ -45,12 +46,11 @@ def stories() -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def index_name(es: Elasticsearch):
+def index_name(es: Any):
     name = f"tfidf-pipe-{uuid.uuid4().hex[:10]}"
     yield name
-    es.options(ignore_status=404).indices.delete(index=name)
-    es.options(ignore_status=404).indices.delete(index=stats_index_name("neardup-tfidf-{index}", name),
-                                                 expand_wildcards="all")
+    delete_index(es, name)
+    delete_index(es, stats_index_name("neardup-tfidf-{index}", name), expand_wildcards="all")
 
 
 def tfidf_config(es_url: str, **tfidf: Any) -> Config:
@@ -73,8 +73,8 @@ def stored_stats(config: Config, index: str) -> CorpusStats:
         client.close()
 
 
-def bulk(es: Elasticsearch, index: str, docs: list[dict[str, Any]]) -> None:
-    helpers.bulk(es, ({"_index": index, "_id": d["id"], "_source": d} for d in docs), refresh=True)
+def bulk(es: Any, index: str, docs: list[dict[str, Any]]) -> None:
+    bulk_load(es, index, docs)
 
 
 def enrich(config: Config, index: str, *, force: bool = False) -> None:
@@ -91,9 +91,9 @@ def assert_same_stats(found: CorpusStats, expected: CorpusStats) -> None:
     assert np.array_equal(found.df, expected.df)
 
 
-def vectors(es: Elasticsearch, index: str) -> dict[str, TfidfVector]:
+def vectors(es: Any, index: str) -> dict[str, TfidfVector]:
     es.indices.refresh(index=index)
-    hits = es.search(index=index, size=1000, source=[f"{FIELD}.tf"])["hits"]["hits"]
+    hits = search_index(es, index, size=1000, _source=[f"{FIELD}.tf"])["hits"]["hits"]
     return {h["_id"]: TfidfVector.from_source(h["_source"][FIELD]["tf"]) for h in hits}
 
 
@@ -102,7 +102,7 @@ def vectors(es: Elasticsearch, index: str) -> dict[str, TfidfVector]:
 def test_index_two_batches_counts_exactly_and_force_does_not_count_again(es, es_url, stories, index_name):
     config = tfidf_config(es_url)
     version = weigher_from_config(config).version
-    es.indices.create(index=index_name)
+    create_index(es, index_name)
     bulk(es, index_name, stories[:40])
     enrich(config, index_name)
     assert_same_stats(stored_stats(config, index_name), expected_stats(config, stories[:40]))
@@ -135,7 +135,7 @@ def test_index_two_batches_counts_exactly_and_force_does_not_count_again(es, es_
 
 
 def test_statistics_of_another_version_are_kept_apart(es, es_url, stories, index_name):
-    es.indices.create(index=index_name)
+    create_index(es, index_name)
     bulk(es, index_name, stories[:12])
     enrich(tfidf_config(es_url), index_name)
     other = tfidf_config(es_url, top_k=16)   # another version: every document counted afresh
@@ -175,7 +175,7 @@ def rewrite_index(es, es_url, stories, index_name):
     rewrite = {"id": "rewrite", "title": source["title"], "body": reorder_words(source["body"], random.Random(7)),
                "rank": 4}
     docs = [dict(d, rank=d["rank"] if d["rank"] <= 3 else d["rank"] + 1) for d in stories[:30]] + [rewrite]
-    es.indices.create(index=index_name, mappings={"properties": {"rank": {"type": "integer"}}})
+    create_index(es, index_name, mappings={"properties": {"rank": {"type": "integer"}}})
     bulk(es, index_name, docs)
     enrich(tfidf_config(es_url), index_name)
     es.indices.refresh(index=index_name)
@@ -206,7 +206,7 @@ def folded(response: dict[str, Any]) -> dict[str, list[str]]:
 def test_tfidf_mode_folds_a_reordered_rewrite_that_resemblance_does_not(es, es_url, rewrite_index):
     index, original = rewrite_index
     fp = Fingerprinter(make_config(es_url).fingerprint)
-    docs = {h["_id"]: h["_source"] for h in es.search(index=index, size=100)["hits"]["hits"]}
+    docs = {h["_id"]: h["_source"] for h in search_index(es, index, size=100)["hits"]["hits"]}
     from neardup.fingerprint import Fingerprint, estimated_resemblance
     resemblance = estimated_resemblance(Fingerprint.from_source(docs[original][FIELD]),
                                         Fingerprint.from_source(docs["rewrite"][FIELD]))
@@ -332,9 +332,9 @@ def test_enrich_with_index_counts_lines_once_and_index_then_finds_them_current(e
     assert again.returncode == 0, again.stderr.decode()   # lines that carry a vector are not counted again
     assert_same_stats(stored_stats(config, index_name), expected_stats(config, stories[:15]))
 
-    es.indices.create(index=index_name, mappings={"properties": {FIELD: {"properties": {
+    create_index(es, index_name, mappings={"properties": {FIELD: {"properties": {
         **wanted_properties(), **tf_properties()}}}})
-    helpers.bulk(es, ({"_index": index_name, "_id": d["id"], "_source": d} for d in enriched), refresh=True)
+    bulk(es, index_name, enriched)
     enrich(config, index_name)   # every document is current: nothing read, nothing counted
     assert_same_stats(stored_stats(config, index_name), expected_stats(config, stories[:15]))
 

@@ -17,10 +17,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from elasticsearch import Elasticsearch
-
 from neardup.config import Config
 from neardup.fingerprint import FIELD
+from neardup.indexer.client import Client
 from neardup.indexer.cluster.documents import CLUSTER, SOURCE_FIELDS, Stored, stored_values
 from neardup.indexer.cluster.options import ClusterOptions
 from neardup.indexer.cluster.result import ClusterResult
@@ -35,7 +34,7 @@ log = logging.getLogger(__name__)
 Cut = dict[str, dict[int, int]]
 
 
-def take_cut(client: Elasticsearch, retrier: Retrier, index: str) -> Cut:
+def take_cut(client: Client, retrier: Retrier, index: str) -> Cut:
     """Per concrete index and shard, the smallest local checkpoint over the shard's copies, and
     not above the primary's global checkpoint (which covers an in-sync copy the statistics
     missed). A replica's own ``global_checkpoint`` is not used: it is the last one the primary
@@ -45,7 +44,7 @@ def take_cut(client: Elasticsearch, retrier: Retrier, index: str) -> Cut:
     global checkpoint counts (lower: only more is read)."""
     body = retrier.call("reading the shards' checkpoints", lambda: client.indices.stats(
         index=index, level="shards", metric="docs",
-        filter_path=["indices.*.shards.*.seq_no", "indices.*.shards.*.routing.primary"])).body
+        filter_path=["indices.*.shards.*.seq_no", "indices.*.shards.*.routing.primary"]))
     cut: Cut = {}
     for name, data in (body.get("indices") or {}).items():
         shards = cut.setdefault(name, {})
@@ -72,7 +71,7 @@ class Run(Protocol):
 
     config: Config
     options: ClusterOptions
-    client: Elasticsearch
+    client: Client
     retrier: Retrier
     result: ClusterResult
 
@@ -91,7 +90,7 @@ def changed_since(job: Run, cut: Cut) -> Iterator[Changed]:
                 response = job.retrier.call("searching documents changed during the run", lambda: job.client.search(
                     index=index, preference=f"_shards:{shard}", query=query, sort=[{"_seq_no": "asc"}],
                     search_after=after, size=job.options.batch_size, seq_no_primary_term=True,
-                    track_total_hits=False, source={"includes": SOURCE_FIELDS})).body
+                    track_total_hits=False, source={"includes": SOURCE_FIELDS}))
                 failed = (response.get("_shards") or {}).get("failed", 0)
                 if failed:
                     raise JobError(f"searching the documents of {index} changed during the run failed on shard "
@@ -198,7 +197,7 @@ def _judge_again(job: Run, cut: Cut, items: list[Changed], fail: Callable[[str, 
     response = job.retrier.call("re-reading documents changed during the run", lambda: job.client.mget(
         docs=[c.get_ref() for c in items], source=SOURCE_FIELDS, realtime=True))
     out = []
-    for item, doc in zip(items, response.body["docs"]):
+    for item, doc in zip(items, response["docs"]):
         if "error" in doc:
             kind, reason = error_type_and_reason(doc)
             fail(f"re-reading failed: {kind}: {reason}"[:200], item)

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from elasticsearch import Elasticsearch
 
 from neardup.config import Config
 from neardup.fingerprint.clustering import ClusterParams
+from neardup.indexer.client import Client
 from neardup.indexer.cluster.backstop import Changed, Cut, take_cut
 from neardup.indexer.cluster.documents import SOURCE_FIELDS, DocTable, Planned, Stored, doc_key, split_key
 from neardup.indexer.cluster.meta import ClusterSettings, put_cluster_meta
@@ -35,7 +35,7 @@ class Job:
 
     config: Config
     options: ClusterOptions
-    client: Elasticsearch
+    client: Client
     retrier: Retrier
     settings: ClusterSettings
     params: ClusterParams

@@ -13,11 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from elasticsearch import ApiError, Elasticsearch
-
 from neardup.fingerprint import FIELD
 from neardup.fingerprint.lsh import Banding
-from neardup.indexer.errors import JobError, error_type_and_reason
+from neardup.indexer.client import Client
+from neardup.indexer.errors import ClusterApiError, JobError, error_type_and_reason
 from neardup.indexer.retry import Retrier
 
 META_KEY = "neardup_clusters"
@@ -53,7 +52,7 @@ class ClusterSettings:
         return None
 
 
-def put_cluster_meta(client: Elasticsearch, retrier: Retrier, indices: Sequence[str], root_mappings: dict[str, Any],
+def put_cluster_meta(client: Client, retrier: Retrier, indices: Sequence[str], root_mappings: dict[str, Any],
                      value: Mapping[str, Any], properties: Mapping[str, Any] | None = None, *,
                      require_acknowledged: bool = False) -> None:
     """Record ``value`` as ``_meta.neardup_clusters`` of every index (other ``_meta`` keys kept),
@@ -72,13 +71,13 @@ def put_cluster_meta(client: Elasticsearch, retrier: Retrier, indices: Sequence[
         try:
             response = retrier.call("recording the clusters in _meta",
                                     lambda: client.indices.put_mapping(index=index, **body))
-        except ApiError as exc:
-            if not properties or exc.meta.status in (401, 403, 404):
+        except ClusterApiError as exc:
+            if not properties or exc.status in (401, 403, 404):
                 raise
             kind, reason = error_type_and_reason(exc.body)
             raise JobError(f"Elasticsearch refused the neardup mapping for {index} ({kind}: {reason}); "
                            "nothing was changed") from None
-        if require_acknowledged and not response.body.get("acknowledged"):
+        if require_acknowledged and not response.get("acknowledged"):
             raise JobError(f"Elasticsearch did not acknowledge recording `{value.get('state')}` in the _meta of "
                            f"{index} (not every node applied it in time): the run is not started, since the "
                            "indexer's cluster seeds rely on it; try again (a slow or unstable cluster?)")

@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
-from elasticsearch import ApiError, Elasticsearch
 
 from neardup.fingerprint import FIELD, FingerprintParams, scheme_version
 from neardup.fingerprint.lsh import Banding, choose_banding, key_strings
+from neardup.indexer.client import Client
 from neardup.indexer.cluster.documents import BANDS, CLUSTER, CLUSTER_MAPPING, doc_key
 from neardup.indexer.cluster.meta import META_KEY
 from neardup.indexer.docversion import DocVersion
-from neardup.indexer.errors import JobError, error_type_and_reason
+from neardup.indexer.errors import ClusterApiError, JobError, error_type_and_reason
 from neardup.indexer.mapping import MappingPlan, plan_neardup_mapping
 from neardup.indexer.retry import TRANSIENT_STATUSES, Retrier
 from neardup.indexer.stats import Failures
@@ -47,7 +47,7 @@ def clusters_recorded(root_mappings: Mapping[str, Any]) -> bool:
     return any(isinstance((m.get("_meta") or {}).get(META_KEY), Mapping) for m in root_mappings.values())
 
 
-def plan_mapping_with_seeds(client: Elasticsearch, retrier: Retrier, index: str, *,
+def plan_mapping_with_seeds(client: Client, retrier: Retrier, index: str, *,
                             extra: Mapping[str, Any] | None = None, with_duplicate_of: bool = False
                             ) -> tuple[MappingPlan, bool]:
     """The mapping plan with ``neardup.cluster``/``neardup.bands`` (keywords, for seeds), and
@@ -149,7 +149,7 @@ class Withdrawable(Protocol):
 W = TypeVar("W", bound=Withdrawable)
 
 
-def withdraw_values(client: Elasticsearch, retrier: Retrier, items: Sequence[W], max_retries: int, *,
+def withdraw_values(client: Client, retrier: Retrier, items: Sequence[W], max_retries: int, *,
                     what: str, judge_again: Callable[[list[W]], list[W]],
                     fail: Callable[[str, W], None]) -> int:
     """Set ``cluster`` and ``bands`` to null on each document, conditional on its version, in one
@@ -165,7 +165,7 @@ def withdraw_values(client: Elasticsearch, retrier: Retrier, items: Sequence[W],
         for item in pending:
             operations += [item.update_meta(), {"doc": {FIELD: dict(WITHDRAWN)}}]
         response = retrier.call(what, lambda: client.bulk(operations=operations, filter_path=_FILTER, refresh=True))
-        answers = response.body.get("items", [])
+        answers = response.get("items", [])
         if len(answers) != len(pending):
             raise RuntimeError(f"bulk answered {len(answers)} items for {len(pending)} actions")
         conflicted: list[W] = []
@@ -253,7 +253,7 @@ class Seeder:
     after the acknowledgement only. A caller not allowed to read the mapping writes no seeds.
     """
 
-    client: Elasticsearch
+    client: Client
     retrier: Retrier
     plan: SeedPlan
     max_retries: int
@@ -271,11 +271,11 @@ class Seeder:
         self.checks += 1
         try:
             body = self.retrier.call("checking for clusters in _meta", lambda: self.client.indices.get_mapping(
-                index=self.plan.index, filter_path=META_FILTER)).body
-        except ApiError as exc:
-            if exc.meta.status in (401, 403):
+                index=self.plan.index, filter_path=META_FILTER))
+        except ClusterApiError as exc:
+            if exc.status in (401, 403):
                 log.warning("cannot read the mapping of %s (%s): no cluster seeds are written",
-                            self.plan.index, exc.meta.status)
+                            self.plan.index, exc.status)
                 return True
             raise
         return bool(body)
@@ -315,7 +315,7 @@ class Seeder:
         response = self.retrier.call("re-reading seeded documents", lambda: self.client.mget(
             docs=[c.get_ref() for c in conflicted], source=[f"{FIELD}.{CLUSTER}", f"{FIELD}.{BANDS}"], realtime=True))
         out = []
-        for item, doc in zip(conflicted, response.body["docs"]):
+        for item, doc in zip(conflicted, response["docs"]):
             if "error" in doc:
                 kind, reason = error_type_and_reason(doc)
                 self._fail(f"re-reading failed: {kind}: {reason}"[:200], item)

@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from elasticsearch import Elasticsearch
 
 from neardup.fingerprint import Fingerprinter
 from neardup.fingerprint.clustering import Clustering, ClusterParams, cluster_signatures
@@ -57,6 +56,7 @@ from neardup.fingerprint.verify import (
     lowered_banding,
     set_signatures,
 )
+from neardup.indexer.client import Client
 from neardup.indexer.cluster.documents import DocTable
 from neardup.indexer.cluster.job import Job
 from neardup.indexer.retry import Retrier
@@ -120,7 +120,7 @@ class TextVerifier:
     """The verification hook of :func:`neardup.fingerprint.clustering.cluster_signatures`: exact
     resemblance of document pairs (rows of ``table``) from their texts, read on demand."""
 
-    def __init__(self, client: Elasticsearch, retrier: Retrier, table: DocTable, fields: Sequence[str],
+    def __init__(self, client: Client, retrier: Retrier, table: DocTable, fields: Sequence[str],
                  fingerprinter: Fingerprinter, stats: VerifyStats, batch: int = FETCH_BATCH) -> None:
         self.client = client
         self.retrier = retrier

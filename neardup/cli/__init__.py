@@ -22,11 +22,11 @@ from neardup.logs import JsonFormatter
 #: Subcommand modules, in the order they appear in ``neardup --help``.
 COMMANDS = (compare, index, enrich, load, duplicates, cluster, copies, proxy)
 
-#: Libraries whose INFO (and, for the Elasticsearch client, WARNING) lines are noise in a job's
-#: output: pymorphy3 announces its dictionaries, elastic_transport logs every request and every
-#: node it puts on timeout (the jobs report an unreachable cluster themselves). Shown with
-#: ``--log-level DEBUG``.
-QUIET_LOGGERS = {"pymorphy3": logging.WARNING, "elastic_transport": logging.ERROR}
+#: Libraries whose INFO (and, for the engines' clients, WARNING) lines are noise in a job's
+#: output: pymorphy3 announces its dictionaries, elastic_transport and opensearch-py log every
+#: request and every node they put on timeout (the jobs report an unreachable cluster
+#: themselves). Shown with ``--log-level DEBUG``.
+QUIET_LOGGERS = {"pymorphy3": logging.WARNING, "elastic_transport": logging.ERROR, "opensearch": logging.ERROR}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -61,7 +61,7 @@ def copies_command(args: argparse.Namespace, config: Config) -> int:
         index=args.index, fields=tuple(job.fields), min_share=settings.min_share, min_shared=settings.min_shared,
         max_df=settings.max_df, bloom=settings.bloom_params(), batch_size=job.batch_size, keep_alive=job.keep_alive)
     cluster = check_upstream(config)
-    client = make_client(config.upstream)
+    client = make_client(config.upstream, cluster)
     try:
         result = run_copies(client, retrier(config), Fingerprinter(config.fingerprint), options)
     finally:

@@ -29,7 +29,7 @@ def duplicates_command(args: argparse.Namespace, config: Config) -> int:
     config = with_flags(args, config)
     threshold, mode = similarity_settings(args, config)
     cluster = check_upstream(config)
-    client = make_client(config.upstream)
+    client = make_client(config.upstream, cluster)
     try:
         result = find_duplicates(client, retrier(config), index=args.index, doc_id=args.id,
                                  version=scheme_version(config.fingerprint), threshold=threshold,

@@ -24,8 +24,9 @@ def enrich_command(args: argparse.Namespace, config: Config) -> int:
     extras: Extras | None = None
     statistics = ""
     if config.tfidf.enabled and args.index:
-        statistics = f"; TF-IDF statistics of {args.index} on {check_upstream(config).describe()}"
-        client = make_client(config.upstream)
+        cluster = check_upstream(config)
+        statistics = f"; TF-IDF statistics of {args.index} on {cluster.describe()}"
+        client = make_client(config.upstream, cluster)
         tfidf = make_enricher(config, client, retrier(config), fp)
         extras = partial(vectors_of_lines, tfidf, args.index, fields=fields)
     elif config.tfidf.enabled:

@@ -33,9 +33,9 @@ def index_command(args: argparse.Namespace, config: Config) -> int:
     options = IndexOptions(
         index=args.index, fields=tuple(job.fields), since=args.since, since_field=args.since_field,
         force=args.force, host_slice=host_slice, host_slices=host_slices,
-        workers=job.workers, batch_size=job.batch_size)
+        workers=job.workers, batch_size=job.batch_size, refresh=args.refresh)
     cluster = check_upstream(config)
-    result = run_job(config, options)
+    result = run_job(config, options, cluster=cluster)
     if args.json:
         print(json.dumps(with_cluster({"index": args.index, "elapsed": round(result.elapsed, 3), "slices": result.slices,
                                        "stopped": result.stopped, **result.stats.to_dict()}, cluster)))
@@ -69,4 +69,7 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--slice", metavar="I/N",
                         help="run only slice I of N (0 <= I < N) so that N hosts share one index; "
                         "run the same command with the same --workers on every host")
+    parser.add_argument("--refresh", action=argparse.BooleanOptionalAction, default=True,
+                        help="refresh the index at the end so the fingerprints are searchable when the "
+                        "command returns (default); --no-refresh leaves it to the index's periodic refresh")
     parser.set_defaults(handler=index_command)

@@ -26,6 +26,7 @@ from neardup.indexer.jsonlines import open_input
 from neardup.indexer.load import Loader, LoadOptions, OnDuplicate, format_load_summary
 from neardup.indexer.progress import Progress
 from neardup.indexer.tfidf_vectors import make_enricher
+from neardup.indexer.writer import refresh_written
 from neardup.upstream import check_upstream
 
 
@@ -40,7 +41,7 @@ def load_command(args: argparse.Namespace, config: Config) -> int:
                           seed_threshold=collapse_settings_for(config.collapse, args.index)[1])
     source = open_input(args.file)
     cluster = check_upstream(config)
-    client = make_client(config.upstream)
+    client = make_client(config.upstream, cluster)
     try:
         documents = read_documents(source, args.format or format_of(args.file), args.file)
         job_retrier, fp = retrier(config), fingerprinter(config)
@@ -48,7 +49,7 @@ def load_command(args: argparse.Namespace, config: Config) -> int:
         progress = Progress.for_stream(sys.stderr, f"load {args.index}")
         result = Loader(client, job_retrier, fp, options, sys.stderr, tfidf, progress).run_lines(documents)
         if args.refresh:
-            client.indices.refresh(index=args.index)
+            refresh_written(client, args.index)
     finally:
         client.close()
         if source is not sys.stdin.buffer:
@@ -87,7 +88,8 @@ def register(subparsers: Subparsers) -> None:
     add_similarity_options(parser)
     parser.add_argument("--batch-size", type=positive, metavar="N",
                         help="documents per bulk request (default: indexer.batch_size)")
-    parser.add_argument("--refresh", action="store_true",
-                        help="refresh the index at the end so the documents are searchable at once")
+    parser.add_argument("--refresh", action=argparse.BooleanOptionalAction, default=True,
+                        help="refresh the index at the end so the documents are searchable when the command "
+                        "returns (default); --no-refresh leaves it to the index's periodic refresh")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     parser.set_defaults(handler=load_command)

@@ -14,13 +14,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import elastic_transport
-from elasticsearch import ApiError
-
 from neardup.config import Config, ConfigError, Mode, collapse_settings_for, override
 from neardup.fingerprint import Fingerprinter
 from neardup.indexer.client import display_url
-from neardup.indexer.errors import EXIT_OK, EXIT_STOPPED, EXIT_USAGE, JobError, explain
+from neardup.indexer.errors import EXIT_OK, EXIT_STOPPED, EXIT_USAGE, ClusterError, JobError, explain
 from neardup.indexer.retry import Retrier
 from neardup.upstream import ClusterInfo, UpstreamError
 
@@ -55,7 +52,7 @@ def clear_errors(handler: Handler) -> Handler:
             return fail(str(exc), exc.exit_status)
         except UpstreamError as exc:
             return fail(str(exc))
-        except (ApiError, elastic_transport.TransportError) as exc:
+        except ClusterError as exc:
             return fail(explain(exc, display_url(config.upstream), getattr(args, "index", None)))
         except BrokenPipeError:
             return EXIT_OK  # the reader of our output went away (e.g. `| head`)
