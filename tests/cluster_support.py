@@ -1,47 +1,38 @@
-"""Calls on the engine's own client (the ``es`` fixture) that elasticsearch-py and opensearch-py
-spell differently.
-
-Both take a request body as ``body=``; they differ in per-request options (elasticsearch-py:
-``client.options(ignore_status=..., request_timeout=...)``; opensearch-py: ``ignore=`` and
-``request_timeout=`` keywords) and each has its own ``helpers`` module.
+"""Helpers of the ``neardup cluster`` and reliability tests on either engine, beside
+:mod:`tests.engine_support`: scrolling and bulk loading with the options these tests pass, a
+mapping as the node returns it, the official client of a node started by a test, and the
+indexer's own client for the code under test.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable, Iterator
 from types import ModuleType
 from typing import Any
 
-
-def is_opensearch_client(es: Any) -> bool:
-    """Whether ``es`` is an :class:`opensearchpy.OpenSearch` (else elasticsearch-py's client)."""
-    return type(es).__module__.partition(".")[0] == "opensearchpy"
+from tests.engine_support import is_opensearch
 
 
 def helpers_of(es: Any) -> ModuleType:
     """The ``helpers`` module of ``es``'s own library (scan, bulk, streaming_bulk)."""
-    return importlib.import_module("opensearchpy.helpers" if is_opensearch_client(es) else "elasticsearch.helpers")
+    if is_opensearch(es):
+        from opensearchpy import helpers as os_helpers
+        return os_helpers
+    from elasticsearch import helpers as es_helpers
+    return es_helpers
 
 
-def scan(es: Any, index: str, query: dict[str, Any] | None = None, **kwargs: Any) -> Iterator[dict[str, Any]]:
-    """Every hit of ``query`` (all documents by default) in ``index``, scrolled."""
+def scan_hits(es: Any, index: str, query: dict[str, Any] | None = None, **kwargs: Any) -> Iterator[dict[str, Any]]:
+    """Every hit of ``query`` (all documents by default) in ``index``, scrolled; ``kwargs`` go to
+    the search (``_source``, ``version``, ``size`` ...)."""
     return helpers_of(es).scan(es, index=index, query=query or {"query": {"match_all": {}}}, **kwargs)
 
 
 def bulk(es: Any, actions: Iterable[dict[str, Any]], request_timeout: float = 300, **kwargs: Any) -> Any:
     """``helpers.bulk`` with each request allowed ``request_timeout`` seconds."""
-    if is_opensearch_client(es):
+    if is_opensearch(es):
         return helpers_of(es).bulk(es, actions, request_timeout=request_timeout, **kwargs)
     return helpers_of(es).bulk(es.options(request_timeout=request_timeout), actions, **kwargs)
-
-
-def delete_index(es: Any, index: str) -> None:
-    """Delete ``index`` (a comma-separated list is fine); a missing one is no error."""
-    if is_opensearch_client(es):
-        es.indices.delete(index=index, ignore=404)
-    else:
-        es.options(ignore_status=404).indices.delete(index=index)
 
 
 def mappings(es: Any, index: str) -> dict[str, Any]:

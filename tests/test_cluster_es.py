@@ -21,7 +21,8 @@ from neardup.fingerprint.clustering import ClusterParams, assign_ids, cluster_si
 from neardup.fingerprint.lsh import choose_banding, key_strings
 from neardup.indexer.cluster.documents import stored_values, usable_signature
 from neardup.indexer.cluster.meta import META_KEY
-from tests.cluster_support import bulk, delete_index, indexer_client, mappings, scan
+from tests.cluster_support import bulk, indexer_client, mappings, scan_hits
+from tests.engine_support import delete_index
 from tests.plugins.corpora import bulk_load, run_neardup
 
 PARAMS = FingerprintParams()
@@ -40,7 +41,7 @@ def copy_index(es: Any, source: str, name: str, ids: Sequence[str] | None = None
     query = {"query": {"ids": {"values": list(ids)}}} if ids is not None else {"query": {"match_all": {}}}
 
     def actions() -> Iterator[dict[str, Any]]:
-        for hit in scan(es, source, query, size=2000):
+        for hit in scan_hits(es, source, query, size=2000):
             doc = hit["_source"]
             if isinstance(doc.get(FIELD), dict):
                 doc[FIELD] = {k: v for k, v in doc[FIELD].items() if k not in ("cluster", "bands")}
@@ -61,7 +62,7 @@ def cluster(es_url: str, index: str, *args: str) -> dict[str, Any]:
 
 def documents(es: Any, index: str) -> dict[str, dict[str, Any]]:
     """_id -> neardup object (or {}) of every document."""
-    return {hit["_id"]: (hit["_source"].get(FIELD) or {}) for hit in scan(es, index, _source=[FIELD], size=5000)}
+    return {hit["_id"]: (hit["_source"].get(FIELD) or {}) for hit in scan_hits(es, index, _source=[FIELD], size=5000)}
 
 
 def expected_ids(docs: dict[str, dict[str, Any]]) -> tuple[dict[str, str], np.ndarray, np.ndarray, list[str]]:

@@ -18,12 +18,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from elasticsearch import Elasticsearch
 
 from neardup.config import Config, load_config
 from neardup.corpora import reuters_documents
 from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams
-from neardup.indexer.client import make_client
+from neardup.indexer.client import Client, make_client
 from neardup.indexer.cluster import job as cluster_job
 from neardup.indexer.cluster import options as cluster_options
 from neardup.indexer.cluster import run as cluster_run
@@ -31,6 +30,7 @@ from neardup.indexer.cluster.documents import DocTable, band_strings
 from neardup.indexer.cluster.options import ClusterOptions, cluster_params
 from neardup.indexer.cluster.run import run_cluster
 from neardup.indexer.cluster.seeds import META_KEY, Seeder, SeedPlan, seed_plan
+from neardup.indexer.errors import ClusterTimeout
 from neardup.indexer.job import fingerprint_function
 from neardup.indexer.load import Loader, LoadOptions
 from neardup.indexer.progress import Progress
@@ -40,7 +40,8 @@ from neardup.indexer.retry import Retrier
 from neardup.indexer.stats import JobStats
 from neardup.indexer.writer import BulkUpdater
 from neardup.proxy.handlers.native_collapse import missing_clusters_query
-from tests.cluster_support import bulk, delete_index, indexer_client, mappings, scan
+from tests.cluster_support import bulk, indexer_client, mappings, scan_hits
+from tests.engine_support import delete_index
 from tests.plugins.corpora import neardup_json
 from tests.test_cluster_es import copy_index
 
@@ -124,7 +125,7 @@ def config(es_url: str) -> Config:
 
 
 @pytest.fixture
-def client(config: Config) -> Iterator[Elasticsearch]:
+def client(config: Config) -> Iterator[Client]:
     """The indexer's own client (its retries and timeouts), closed after the test."""
     made = make_client(config.upstream)
     yield made
@@ -132,7 +133,7 @@ def client(config: Config) -> Iterator[Elasticsearch]:
 
 
 def values(es: Any, index: str) -> dict[str, dict[str, Any]]:
-    return {hit["_id"]: hit["_source"].get(FIELD) or {} for hit in scan(es, index, _source=[FIELD])}
+    return {hit["_id"]: hit["_source"].get(FIELD) or {} for hit in scan_hits(es, index, _source=[FIELD])}
 
 
 def index_with_cluster_fields(es: Any, new_index: Callable[..., str], docs: list[dict[str, Any]]) -> str:
@@ -225,7 +226,7 @@ class Interposed:
     """The client, with ``after_first_bulk()`` run once right after the first bulk request is
     acknowledged (before the writer checks the ``_meta`` again)."""
 
-    def __init__(self, client: Elasticsearch, after_first_bulk: Callable[[], None]) -> None:
+    def __init__(self, client: Client, after_first_bulk: Callable[[], None]) -> None:
         self._client = client
         self._after = after_first_bulk
         self.bulks = 0
@@ -241,7 +242,7 @@ class Interposed:
         return response
 
 
-def read_hits(client: Elasticsearch, index: str) -> list[dict[str, Any]]:
+def read_hits(client: Client, index: str) -> list[dict[str, Any]]:
     reader = SliceReader(client, Retrier("test", 1), index, {"match_all": {}}, SliceSpec(), 1000, "1m",
                          FIELDS + ["neardup.v", "neardup.sig", "neardup.n", "neardup.cluster", "neardup.bands"])
     reader.open()
@@ -364,7 +365,7 @@ class Scripted:
     """The client, whose bulk requests are answered by ``script`` (attempt number, operations,
     real client, keyword arguments) instead of sent as they are."""
 
-    def __init__(self, client: Elasticsearch, script: Callable[[int, list[Any], Elasticsearch, dict[str, Any]], Any]):
+    def __init__(self, client: Client, script: Callable[[int, list[Any], Client, dict[str, Any]], Any]):
         self._client = client
         self._script = script
         self.bulks = 0
@@ -377,16 +378,14 @@ class Scripted:
         return self._script(self.bulks, operations, self._client, kwargs)
 
 
-def first_attempt_times_out(es: Any, index: str, real: Elasticsearch, operations: list[Any],
+def first_attempt_times_out(es: Any, index: str, real: Client, operations: list[Any],
                             kwargs: dict[str, Any]) -> None:
     """A cluster run starts (``building`` recorded, refresh), then the first action of the bulk
     request is applied and the client times out: :class:`Retrier` sends the request again."""
-    import elastic_transport
-
     put_clusters_meta(es, index)
     es.indices.refresh(index=index)
     real.bulk(operations=operations[:2], **kwargs)
-    raise elastic_transport.ConnectionTimeout("timed out")
+    raise ClusterTimeout("timed out")
 
 
 def write_seeded(client: Scripted, es_url: str, index: str,
@@ -411,7 +410,7 @@ def test_a_seed_applied_by_an_attempt_that_timed_out_is_withdrawn_after_the_retr
     index = index_with_cluster_fields(es, new_index, docs)
     x, y = docs[0]["id"], docs[1]["id"]
 
-    def script(attempt: int, operations: list[Any], real: Elasticsearch, kwargs: dict[str, Any]) -> Any:
+    def script(attempt: int, operations: list[Any], real: Client, kwargs: dict[str, Any]) -> Any:
         if attempt == 1:
             first_attempt_times_out(es, index, real, operations, kwargs)
         return real.bulk(operations=operations, **kwargs)
@@ -437,7 +436,7 @@ def test_a_seed_applied_by_a_timed_out_attempt_is_withdrawn_when_the_resend_carr
     index = index_with_cluster_fields(es, new_index, docs)
     x = docs[0]["id"]
 
-    def script(attempt: int, operations: list[Any], real: Elasticsearch, kwargs: dict[str, Any]) -> Any:
+    def script(attempt: int, operations: list[Any], real: Client, kwargs: dict[str, Any]) -> Any:
         if attempt == 1:
             first_attempt_times_out(es, index, real, operations, kwargs)
         if attempt == 2:  # x rejected, y written: the answer says 429 for x
@@ -498,8 +497,6 @@ def test_load_drops_the_cluster_values_a_line_brings(es, es_url, client, cluster
 @pytest.mark.es
 def test_the_cluster_job_fails_if_building_is_not_acknowledged(es, es_url, new_index, monkeypatch, config):
     """The seed protocol relies on `building` being applied on every node before the refresh."""
-    from elastic_transport import ObjectApiResponse
-
     from neardup.indexer.errors import JobError
 
     index = new_index(stories(2))
@@ -513,11 +510,11 @@ def test_the_cluster_job_fails_if_building_is_not_acknowledged(es, es_url, new_i
             return getattr(self._real, name)
 
         def put_mapping(self, **kwargs: Any) -> Any:
-            response = self._real.put_mapping(**kwargs)
-            return ObjectApiResponse(body={"acknowledged": False}, meta=response.meta)
+            self._real.put_mapping(**kwargs)
+            return {"acknowledged": False}
 
     class Unacknowledged:
-        def __init__(self, real: Elasticsearch) -> None:
+        def __init__(self, real: Client) -> None:
             self._real = real
             self.indices = Indices(real.indices)
 
@@ -700,11 +697,11 @@ def test_the_cut_is_not_held_back_by_a_replicas_stale_global_checkpoint():
                                           "1": [copy(False, 50, 10), copy(True, 60, 55)],
                                           "2": [copy(False, 7, 3)]}}}}
 
-    class Client:
+    class StatsOnly:
         class indices:  # noqa: N801 - the client's namespace
             @staticmethod
             def stats(**kwargs: Any) -> Any:
-                return type("Answer", (), {"body": stats})()
+                return stats
 
     class Once:
         @staticmethod
@@ -712,7 +709,7 @@ def test_the_cut_is_not_held_back_by_a_replicas_stale_global_checkpoint():
             return fn()
 
     # the smallest local checkpoint, not above the primary's global one; no primary: every copy's
-    assert take_cut(Client(), Once(), "i") == {"i": {0: 99, 1: 50, 2: 3}}  # type: ignore[arg-type]
+    assert take_cut(StatsOnly(), Once(), "i") == {"i": {0: 99, 1: 50, 2: 3}}  # type: ignore[arg-type]
 
 
 @pytest.mark.es

@@ -23,7 +23,8 @@ from neardup.corpora import reuters_documents
 from neardup.fingerprint import Fingerprint, Fingerprinter, FingerprintParams, estimated_resemblance
 from neardup.indexer.enrich import cleared_cluster_keys, enrich_line, merged_neardup
 from neardup.proxy.handlers.native_collapse import missing_clusters_query
-from tests.cluster_support import bulk, delete_index, scan
+from tests.cluster_support import bulk, scan_hits
+from tests.engine_support import delete_index
 from tests.plugins.corpora import neardup_json
 from tests.reliability_support import fetch
 from tests.test_proxy_support import ProxyThread, make_config
@@ -84,7 +85,7 @@ def small_index(es: Any) -> Iterator[tuple[str, dict[str, dict[str, Any]]]]:
 
 
 def values(es: Any, index: str) -> dict[str, dict[str, Any]]:
-    return {hit["_id"]: hit["_source"]["neardup"] for hit in scan(es, index, _source=["neardup"])}
+    return {hit["_id"]: hit["_source"]["neardup"] for hit in scan_hits(es, index, _source=["neardup"])}
 
 
 def pushed_down(es_url: str, index: str) -> bool:

@@ -47,7 +47,8 @@ from neardup.fingerprint.verify import (
 )
 from neardup.indexer.cluster.meta import META_KEY
 from neardup.indexer.cluster.verification import text_params
-from tests.cluster_support import delete_index, mappings
+from tests.cluster_support import mappings
+from tests.engine_support import delete_index
 from tests.plugins.corpora import bulk_load, run_neardup
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.cluster_support import delete_index
+from tests.engine_support import delete_index
 from tests.faultproxy import Fault, FaultProxy, blackhole, closed_port_url
 from tests.reliability_support import Outcome, es_error_type, fetch
 from tests.test_proxy_server import ProxyProcess

@@ -35,7 +35,7 @@ import pytest
 from neardup.config import load_config
 from neardup.fingerprint import FIELD, Fingerprinter
 from neardup.indexer.errors import EXIT_OK, EXIT_STOPPED
-from tests.cluster_support import node_client, scan
+from tests.cluster_support import node_client, scan_hits
 from tests.plugins.corpora import bulk_load, neardup_env, run_neardup, with_seed
 from tests.plugins.elasticsearch import StartedNode, _run_es_script
 from tests.reliability_support import Outcome, es_error_type, fetch
@@ -161,7 +161,7 @@ def outage(reuters_docs: list[dict[str, Any]], fingerprinter: Fingerprinter) -> 
                     job.wait()
         scenario.resume_run = run_neardup(["index", "--index", index, "--json"], url)
         es.indices.refresh(index=index)
-        scenario.final = {h["_id"]: h for h in scan(es, index, version=True)}
+        scenario.final = {h["_id"]: h for h in scan_hits(es, index, version=True)}
         yield scenario
     finally:
         es.close()
