@@ -58,7 +58,7 @@ def put_cluster_meta(client: Client, retrier: Retrier, indices: Sequence[str], r
     """Record ``value`` as ``_meta.neardup_clusters`` of every index (other ``_meta`` keys kept),
     with the missing ``neardup`` sub-fields ``properties`` in the same put-mapping request.
 
-    ``require_acknowledged``: :class:`JobError` if Elasticsearch does not acknowledge the request
+    ``require_acknowledged``: :class:`JobError` if the cluster does not acknowledge the request
     (not every node applied it within the timeout). The ``building`` state needs it: the seed
     protocol (:mod:`neardup.indexer.cluster.seeds`) relies on ``building`` being visible on every node
     before the run's refresh."""
@@ -75,10 +75,10 @@ def put_cluster_meta(client: Client, retrier: Retrier, indices: Sequence[str], r
             if not properties or exc.status in (401, 403, 404):
                 raise
             kind, reason = error_type_and_reason(exc.body)
-            raise JobError(f"Elasticsearch refused the neardup mapping for {index} ({kind}: {reason}); "
+            raise JobError(f"{client.engine.engine} refused the neardup mapping for {index} ({kind}: {reason}); "
                            "nothing was changed") from None
         if require_acknowledged and not response.get("acknowledged"):
-            raise JobError(f"Elasticsearch did not acknowledge recording `{value.get('state')}` in the _meta of "
+            raise JobError(f"{client.engine.engine} did not acknowledge recording `{value.get('state')}` in the _meta of "
                            f"{index} (not every node applied it in time): the run is not started, since the "
                            "indexer's cluster seeds rely on it; try again (a slow or unstable cluster?)")
         root_mappings.setdefault(index, {})["_meta"] = current
