@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from neardup.config import UpstreamConfig
 from neardup.indexer.clients import elasticsearch as es_client
-from neardup.indexer.errors import JobError
+from neardup.indexer.errors import ClusterApiError, JobError
 from neardup.upstream import ClusterInfo, check_upstream, without_credentials
 
 #: ``filter_path``: one pattern or several.
@@ -42,6 +42,25 @@ def make_client(upstream: UpstreamConfig, cluster: ClusterInfo | None = None) ->
     if problem:
         raise JobError(problem)
     return es_client.ElasticsearchClient(upstream, cluster)
+
+
+#: The clauses a bool query may hold when the cluster does not say (OpenSearch's default).
+DEFAULT_MAX_CLAUSE_COUNT = 1024
+
+
+def max_clause_count(client: Client) -> int:
+    """How many clauses one bool (or terms-expanded) query may hold on the cluster:
+    ``indices.query.bool.max_clause_count``, as set (transient, then persistent) or by default
+    (1024 on OpenSearch, 4096 reported by Elasticsearch 8 and 9); 1024 when it cannot be read."""
+    try:
+        body = client.cluster.get_settings(include_defaults=True, filter_path="**.max_clause_count")
+    except ClusterApiError:
+        return DEFAULT_MAX_CLAUSE_COUNT
+    for section in ("transient", "persistent", "defaults"):
+        value = body.get(section, {}).get("indices", {}).get("query", {}).get("bool", {}).get("max_clause_count")
+        if value is not None:
+            return int(value)
+    return DEFAULT_MAX_CLAUSE_COUNT
 
 
 def display_url(upstream: UpstreamConfig) -> str:

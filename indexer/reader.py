@@ -1,7 +1,8 @@
 """Reading one slice of an index with a point in time and ``search_after``.
 
-Pages are sorted on ``_shard_doc`` (the cheapest total order under a PIT) and carry
-``_seq_no``/``_primary_term`` for the conditional updates. Only the text fields are fetched.
+Pages are sorted on ``_shard_doc`` (the cheapest total order under a PIT; OpenSearch before 3
+has none, and sorts on ``_id`` instead: :func:`page_order`) and carry ``_seq_no``/``_primary_term``
+for the conditional updates. Only the text fields are fetched.
 
 If the point in time expires (a page took longer than ``keep_alive``, e.g. during an outage)
 a new one is opened and the slice is read again from its start; the selection leaves out
@@ -20,6 +21,7 @@ from neardup.indexer.client import Client
 from neardup.indexer.errors import ClusterApiError, JobError, error_type_and_reason
 from neardup.indexer.query import SliceSpec
 from neardup.indexer.retry import Retrier
+from neardup.upstream import ClusterInfo
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,12 @@ def is_pit_expired(exc: BaseException) -> bool:
     if not isinstance(exc, ClusterApiError) or exc.status != 404:
         return False
     return "search_context_missing_exception" in str(exc.body)
+
+
+def page_order(engine: ClusterInfo) -> str:
+    """The field that orders the pages of a point in time totally: ``_shard_doc``, which
+    OpenSearch knows from 3.0 on; before, ``_id`` (its field data is on by default there)."""
+    return "_id" if engine.is_opensearch and engine.major is not None and engine.major < 3 else "_shard_doc"
 
 
 def shard_failure_types(response: dict[str, Any]) -> list[str]:
@@ -102,7 +110,7 @@ class SliceReader:
         while True:
             try:
                 response = self._search(
-                    size=self.batch_size, query=self.query, sort=["_shard_doc"],
+                    size=self.batch_size, query=self.query, sort=[page_order(self.client.engine)],
                     search_after=self._search_after, seq_no_primary_term=True,
                     track_total_hits=False, source=list(self.source_fields) or False)
             except PitExpired:
