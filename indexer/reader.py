@@ -39,10 +39,13 @@ def is_pit_expired(exc: BaseException) -> bool:
     return "search_context_missing_exception" in str(exc.body)
 
 
-def page_order(engine: ClusterInfo) -> str:
-    """The field that orders the pages of a point in time totally: ``_shard_doc``, which
-    OpenSearch knows from 3.0 on; before, ``_id`` (its field data is on by default there)."""
-    return "_id" if engine.is_opensearch and engine.major is not None and engine.major < 3 else "_shard_doc"
+def page_order(engine: ClusterInfo) -> Any:
+    """The sort that orders the pages of a point in time totally: ``_shard_doc``, which
+    OpenSearch knows from 3.0 on; before, ``_id`` (its field data is on by default there; an
+    index without a mapping yet has no ``_id`` to sort on unless told its type)."""
+    if engine.is_opensearch and engine.major is not None and engine.major < 3:
+        return {"_id": {"order": "asc", "unmapped_type": "keyword"}}
+    return "_shard_doc"
 
 
 def shard_failure_types(response: dict[str, Any]) -> list[str]:
