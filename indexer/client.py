@@ -48,19 +48,28 @@ def make_client(upstream: UpstreamConfig, cluster: ClusterInfo | None = None) ->
 DEFAULT_MAX_CLAUSE_COUNT = 1024
 
 
+def cluster_setting(client: Client, name: str) -> str | None:
+    """The value of the dynamic cluster setting ``name`` (``indices.query.bool.max_clause_count``):
+    as set (transient, then persistent) or by default; None when it cannot be read."""
+    try:
+        body = client.cluster.get_settings(include_defaults=True, filter_path=f"**.{name.rsplit('.', 1)[-1]}")
+    except ClusterApiError:
+        return None
+    for section in ("transient", "persistent", "defaults"):
+        value: Any = body.get(section, {})
+        for part in name.split("."):
+            value = value.get(part, {}) if isinstance(value, dict) else {}
+        if value != {}:
+            return str(value)
+    return None
+
+
 def max_clause_count(client: Client) -> int:
     """How many clauses one bool (or terms-expanded) query may hold on the cluster:
-    ``indices.query.bool.max_clause_count``, as set (transient, then persistent) or by default
-    (1024 on OpenSearch, 4096 reported by Elasticsearch 8 and 9); 1024 when it cannot be read."""
-    try:
-        body = client.cluster.get_settings(include_defaults=True, filter_path="**.max_clause_count")
-    except ClusterApiError:
-        return DEFAULT_MAX_CLAUSE_COUNT
-    for section in ("transient", "persistent", "defaults"):
-        value = body.get(section, {}).get("indices", {}).get("query", {}).get("bool", {}).get("max_clause_count")
-        if value is not None:
-            return int(value)
-    return DEFAULT_MAX_CLAUSE_COUNT
+    ``indices.query.bool.max_clause_count`` (1024 on OpenSearch, 4096 reported by Elasticsearch
+    8 and 9); 1024 when it cannot be read."""
+    value = cluster_setting(client, "indices.query.bool.max_clause_count")
+    return int(value) if value is not None else DEFAULT_MAX_CLAUSE_COUNT
 
 
 def display_url(upstream: UpstreamConfig) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from neardup.indexer.client import Client
+from neardup.indexer.client import Client, cluster_setting
 from neardup.indexer.errors import ClusterApiError, JobError, error_type_and_reason
 from neardup.indexer.query import SliceSpec
 from neardup.indexer.retry import Retrier
@@ -46,6 +46,18 @@ def page_order(engine: ClusterInfo) -> Any:
     if engine.is_opensearch and engine.major is not None and engine.major < 3:
         return {"_id": {"order": "asc", "unmapped_type": "keyword"}}
     return "_shard_doc"
+
+
+def check_page_order(client: Client) -> None:
+    """:class:`JobError` if the cluster cannot sort a point in time as :func:`page_order` asks:
+    OpenSearch 2 sorts on ``_id`` only with ``indices.id_field_data.enabled``."""
+    engine = client.engine
+    if page_order(engine) == "_shard_doc":
+        return
+    if cluster_setting(client, "indices.id_field_data.enabled") == "false":
+        raise JobError(f"{engine.engine} {engine.version} has no _shard_doc to read a point in time in order, "
+                       "and sorting on _id instead needs indices.id_field_data.enabled, which is false on "
+                       f"the cluster at {engine.url}; set it to true (or use OpenSearch 3)")
 
 
 def shard_failure_types(response: dict[str, Any]) -> list[str]:
