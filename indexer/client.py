@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from neardup.config import UpstreamConfig
 from neardup.indexer.clients import elasticsearch as es_client
-from neardup.indexer.errors import JobError
+from neardup.indexer.errors import ClusterApiError, JobError
 from neardup.upstream import ClusterInfo, check_upstream, without_credentials
 
 #: ``filter_path``: one pattern or several.
@@ -42,6 +42,34 @@ def make_client(upstream: UpstreamConfig, cluster: ClusterInfo | None = None) ->
     if problem:
         raise JobError(problem)
     return es_client.ElasticsearchClient(upstream, cluster)
+
+
+#: The clauses a bool query may hold when the cluster does not say (OpenSearch's default).
+DEFAULT_MAX_CLAUSE_COUNT = 1024
+
+
+def cluster_setting(client: Client, name: str) -> str | None:
+    """The value of the dynamic cluster setting ``name`` (``indices.query.bool.max_clause_count``):
+    as set (transient, then persistent) or by default; None when it cannot be read."""
+    try:
+        body = client.cluster.get_settings(include_defaults=True, filter_path=f"**.{name.rsplit('.', 1)[-1]}")
+    except ClusterApiError:
+        return None
+    for section in ("transient", "persistent", "defaults"):
+        value: Any = body.get(section, {})
+        for part in name.split("."):
+            value = value.get(part, {}) if isinstance(value, dict) else {}
+        if value != {}:
+            return str(value)
+    return None
+
+
+def max_clause_count(client: Client) -> int:
+    """How many clauses one bool (or terms-expanded) query may hold on the cluster:
+    ``indices.query.bool.max_clause_count`` (1024 on OpenSearch, 4096 reported by Elasticsearch
+    8 and 9); 1024 when it cannot be read."""
+    value = cluster_setting(client, "indices.query.bool.max_clause_count")
+    return int(value) if value is not None else DEFAULT_MAX_CLAUSE_COUNT
 
 
 def display_url(upstream: UpstreamConfig) -> str:

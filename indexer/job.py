@@ -48,7 +48,7 @@ from neardup.indexer.errors import ClusterApiError, ClusterError, JobError, erro
 from neardup.indexer.mapping import field_paths, put_neardup_mapping, text_fields
 from neardup.indexer.progress import Progress
 from neardup.indexer.query import TF_VERSION_PATH, SliceSpec, already_current, plan_slices, selection
-from neardup.indexer.reader import SliceReader
+from neardup.indexer.reader import SliceReader, check_page_order
 from neardup.indexer.retry import Retrier
 from neardup.indexer.stats import JobStats
 from neardup.indexer.tfidf_vectors import TfidfEnricher, make_enricher, neardup_of, source_texts, tf_properties
@@ -145,6 +145,7 @@ def prepare(config: Config, options: IndexOptions, cluster: ClusterInfo | None =
         plan, mapped = plan_mapping_with_seeds(client, retrier, options.index,
                                                extra=tf_properties() if tfidf is not None else None)
         check_fields(client, retrier, options, plan.root_mappings)
+        check_page_order(client)
         put_neardup_mapping(client, retrier, options.index, plan)
         if tfidf is not None:
             for index in sorted(plan.root_mappings):

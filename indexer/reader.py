@@ -1,7 +1,8 @@
 """Reading one slice of an index with a point in time and ``search_after``.
 
-Pages are sorted on ``_shard_doc`` (the cheapest total order under a PIT) and carry
-``_seq_no``/``_primary_term`` for the conditional updates. Only the text fields are fetched.
+Pages are sorted on ``_shard_doc`` (the cheapest total order under a PIT; OpenSearch before 3
+has none, and sorts on ``_id`` instead: :func:`page_order`) and carry ``_seq_no``/``_primary_term``
+for the conditional updates. Only the text fields are fetched.
 
 If the point in time expires (a page took longer than ``keep_alive``, e.g. during an outage)
 a new one is opened and the slice is read again from its start; the selection leaves out
@@ -16,10 +17,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from neardup.indexer.client import Client
+from neardup.indexer.client import Client, cluster_setting
 from neardup.indexer.errors import ClusterApiError, JobError, error_type_and_reason
 from neardup.indexer.query import SliceSpec
 from neardup.indexer.retry import Retrier
+from neardup.upstream import ClusterInfo
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,27 @@ def is_pit_expired(exc: BaseException) -> bool:
     if not isinstance(exc, ClusterApiError) or exc.status != 404:
         return False
     return "search_context_missing_exception" in str(exc.body)
+
+
+def page_order(engine: ClusterInfo) -> Any:
+    """The sort that orders the pages of a point in time totally: ``_shard_doc``, which
+    OpenSearch knows from 3.0 on; before, ``_id`` (its field data is on by default there; an
+    index without a mapping yet has no ``_id`` to sort on unless told its type)."""
+    if engine.is_opensearch and engine.major is not None and engine.major < 3:
+        return {"_id": {"order": "asc", "unmapped_type": "keyword"}}
+    return "_shard_doc"
+
+
+def check_page_order(client: Client) -> None:
+    """:class:`JobError` if the cluster cannot sort a point in time as :func:`page_order` asks:
+    OpenSearch 2 sorts on ``_id`` only with ``indices.id_field_data.enabled``."""
+    engine = client.engine
+    if page_order(engine) == "_shard_doc":
+        return
+    if cluster_setting(client, "indices.id_field_data.enabled") == "false":
+        raise JobError(f"{engine.engine} {engine.version} has no _shard_doc to read a point in time in order, "
+                       "and sorting on _id instead needs indices.id_field_data.enabled, which is false on "
+                       f"the cluster at {engine.url}; set it to true (or use OpenSearch 3)")
 
 
 def shard_failure_types(response: dict[str, Any]) -> list[str]:
@@ -102,7 +125,7 @@ class SliceReader:
         while True:
             try:
                 response = self._search(
-                    size=self.batch_size, query=self.query, sort=["_shard_doc"],
+                    size=self.batch_size, query=self.query, sort=[page_order(self.client.engine)],
                     search_after=self._search_after, seq_no_primary_term=True,
                     track_total_hits=False, source=list(self.source_fields) or False)
             except PitExpired:

@@ -121,7 +121,7 @@ def format_summary(stats: JobStats, *, index: str, elapsed: float, cluster: Clus
     busy = stats.fingerprint_seconds + stats.read_seconds + stats.write_seconds
     if busy > 0:
         lines.append(f"  time (all workers): fingerprinting {stats.fingerprint_seconds:.1f}s "
-                     f"({100 * stats.fingerprint_seconds / busy:.0f}%), Elasticsearch reads "
+                     f"({100 * stats.fingerprint_seconds / busy:.0f}%), cluster reads "
                      f"{stats.read_seconds:.1f}s, writes {stats.write_seconds:.1f}s")
     if stats.tfidf_seconds:
         lines.append(f"  TF-IDF: {stats.tfidf_counted} documents counted in the statistics; "

@@ -65,6 +65,14 @@ def search(client: Any, index: str, **body: Any) -> dict[str, Any]:
     return dict(client.search(index=index, body=body))
 
 
+def msearch(client: Any, searches: Sequence[Mapping[str, Any]], headers: Mapping[str, str] | None = None
+            ) -> dict[str, Any]:
+    """``POST /_msearch`` of ``searches`` (header and body lines), with extra HTTP ``headers``."""
+    if is_opensearch(client):
+        return dict(client.msearch(body=list(searches), headers=dict(headers or {})))
+    return dict(client.options(headers=dict(headers or {})).msearch(searches=list(searches)))
+
+
 def count(client: Any, index: str, query: Mapping[str, Any] | None = None) -> int:
     return int(client.count(index=index, body={"query": query} if query is not None else None)["count"])
 

@@ -23,7 +23,7 @@ import pytest
 from neardup.cli import build_parser, main
 from neardup.fingerprint import FIELD
 from tests.engine_support import bulk_load, count, create_index, delete_index, search
-from tests.plugins.corpora import run_neardup
+from tests.plugins.corpora import neardup_env, run_neardup
 from tests.test_proxy_support import ProxyThread, make_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -282,6 +282,28 @@ def test_every_job_works_on_the_cluster_of_the_global_upstream_and_names_it(es, 
     assert f"\n  upstream: {named}" in neardup("copies", "--index", loaded)
     last = neardup("copies", "--index", loaded, "--json").splitlines()[-1]
     assert json.loads(last)["summary"]["cluster"] == cluster
+
+
+def test_without_opensearch_py_a_job_runs_on_elasticsearch_and_stops_on_opensearch_with_the_install_hint(
+        es, es_url, engine, index_names):
+    """opensearch-py is an optional extra: Elasticsearch users run without it; on OpenSearch the
+    job stops before it writes anything and says how to install it."""
+    name = f"cli-extra-{uuid.uuid4().hex[:8]}"
+    index_names.append(name)
+    create_index(es, name, settings={"number_of_shards": 1, "number_of_replicas": 0})
+    bulk_load(es, name, DOCS)
+    hidden = ("import sys; sys.modules['opensearchpy'] = None; from neardup.cli import main; "
+              f"sys.exit(main(['index', '--index', {name!r}]))")
+    result = subprocess.run([sys.executable, "-c", hidden], capture_output=True, text=True, timeout=300,
+                            env=neardup_env(es_url), check=False)
+    if engine.is_opensearch:
+        assert result.returncode == 3 and "Traceback" not in result.stderr, result.stderr
+        assert f"OpenSearch {engine.version}" in result.stderr
+        assert "pip install 'neardup[opensearch]'" in result.stderr
+        assert FIELD not in es.indices.get_mapping(index=name)[name]["mappings"]["properties"]
+    else:
+        assert result.returncode == 0, result.stderr
+        assert all(FIELD in hit["_source"] for hit in search(es, name)["hits"]["hits"])
 
 
 def test_a_cluster_that_will_not_tell_its_version_is_named_with_the_version_unknown(es, es_url, engine, elsewhere,

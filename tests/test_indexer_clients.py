@@ -12,7 +12,7 @@ from elasticsearch import ApiError
 from opensearchpy import exceptions as os_errors
 
 from neardup.config import load_config
-from neardup.indexer.client import make_client
+from neardup.indexer.client import make_client, max_clause_count
 from neardup.indexer.clients import elasticsearch as es_client
 from neardup.indexer.clients import opensearch as os_client
 from neardup.indexer.errors import (
@@ -24,6 +24,7 @@ from neardup.indexer.errors import (
     JobError,
     explain,
 )
+from neardup.indexer.reader import check_page_order, page_order
 from neardup.indexer.retry import is_transient
 from neardup.upstream import ClusterInfo
 
@@ -111,3 +112,28 @@ def test_opensearch_without_opensearch_py_stops_with_the_install_hint():
             "    print(exc)\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert "OpenSearch 3.8.0" in result.stdout and "pip install 'neardup[opensearch]'" in result.stdout
+
+
+class SettingsOnly:
+    """A client that answers only the cluster-settings request, with ``defaults``."""
+
+    def __init__(self, engine: ClusterInfo, defaults: dict) -> None:
+        self.engine = engine
+        self.cluster = self
+        self.defaults = defaults
+
+    def get_settings(self, *, include_defaults: bool = False, filter_path: object = None) -> dict:
+        return {"persistent": {}, "transient": {}, "defaults": self.defaults}
+
+
+def test_opensearch_2_reads_in_id_order_and_stops_first_if_the_cluster_cannot_sort_on_id():
+    off = {"indices": {"id_field_data": {"enabled": "false"}}}
+    opensearch_2 = ClusterInfo("http://os", "OpenSearch", "2.19.6")
+    assert page_order(opensearch_2) == {"_id": {"order": "asc", "unmapped_type": "keyword"}}
+    with pytest.raises(JobError, match=r"OpenSearch 2\.19\.6 has no _shard_doc.*indices\.id_field_data\.enabled"):
+        check_page_order(SettingsOnly(opensearch_2, off))
+    check_page_order(SettingsOnly(opensearch_2, {"indices": {"id_field_data": {"enabled": "true"}}}))
+    for engine in (ClusterInfo("http://os", "OpenSearch", "3.8.0"), ClusterInfo("http://es", "Elasticsearch", "8.19.21")):
+        assert page_order(engine) == "_shard_doc"
+        check_page_order(SettingsOnly(engine, off))   # not asked: _shard_doc needs no field data
+    assert max_clause_count(SettingsOnly(opensearch_2, {"indices": {"query": {"bool": {"max_clause_count": "1024"}}}})) == 1024

@@ -18,7 +18,7 @@ import pytest
 
 from neardup.config import load_config
 from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams
-from neardup.indexer.client import make_client
+from neardup.indexer.client import make_client, max_clause_count
 from neardup.indexer.errors import EXIT_OK, EXIT_STOPPED
 from neardup.indexer.job import fingerprint_function
 from neardup.indexer.query import SliceSpec, selection
@@ -202,6 +202,14 @@ def test_index_refreshes_what_it_wrote_unless_told_not_to(es, es_url, new_index)
     result, summary = index_cmd(es_url, unrefreshed, "--no-refresh")
     assert result.returncode == EXIT_OK and summary["updated"] == 3, stderr(result)
     assert without_fingerprint(es, unrefreshed) == 3
+
+
+def test_the_clause_limit_is_the_engines(es_url, engine):
+    client = make_client(load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url}).upstream, engine)
+    try:
+        assert max_clause_count(client) == (1024 if engine.is_opensearch else 4096)
+    finally:
+        client.close()
 
 
 # --- selection: --since and --slice --------------------------------------------------------------------

@@ -27,9 +27,10 @@ from neardup.indexer.retry import Retrier
 from neardup.indexer.tfidf_stats import StatsStore, stats_index_name
 from neardup.indexer.tfidf_vectors import tf_properties
 from neardup.tfidf_config import weigher_from_config
-from tests.engine_support import bulk_load, create_index, delete_index
+from tests.engine_support import bulk_load, create_index, delete_index, msearch
 from tests.engine_support import search as search_index
 from tests.plugins.corpora import run_neardup
+from tests.plugins.elasticsearch import engine_client
 from tests.test_proxy_support import ProxyThread, make_config
 
 pytestmark = pytest.mark.es
@@ -203,7 +204,7 @@ def folded(response: dict[str, Any]) -> dict[str, list[str]]:
             for h in response["hits"]["hits"] if h["inner_hits"]["neardup"]["hits"]["hits"]}
 
 
-def test_tfidf_mode_folds_a_reordered_rewrite_that_resemblance_does_not(es, es_url, rewrite_index):
+def test_tfidf_mode_folds_a_reordered_rewrite_that_resemblance_does_not(es, es_url, engine, rewrite_index):
     index, original = rewrite_index
     fp = Fingerprinter(make_config(es_url).fingerprint)
     docs = {h["_id"]: h["_source"] for h in search_index(es, index, size=100)["hits"]["hits"]}
@@ -238,10 +239,10 @@ def test_tfidf_mode_folds_a_reordered_rewrite_that_resemblance_does_not(es, es_u
                    for h in by_fields["hits"]["hits"])
 
         # _msearch: each search in tfidf mode
-        client = proxy.client()
+        client = engine_client(proxy.url, engine)
         try:
-            multi = client.options(headers={"X-Neardup-Mode": "tfidf"}).msearch(searches=[
-                {"index": index}, {"query": {"match_all": {}}, "sort": [{"rank": "asc"}], "size": 10}])
+            multi = msearch(client, [{"index": index}, {"query": {"match_all": {}}, "sort": [{"rank": "asc"}], "size": 10}],
+                            headers={"X-Neardup-Mode": "tfidf"})
         finally:
             client.close()
         assert folded(multi["responses"][0]).get(original) == ["rewrite"]

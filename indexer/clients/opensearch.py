@@ -114,13 +114,16 @@ class _Indices:
 
 
 class _Cluster:
-    def __init__(self, client: OpenSearch) -> None:
+    def __init__(self, client: OpenSearch, request_timeout: float) -> None:
         self._os = client
+        self._request_timeout = request_timeout
 
     def health(self, *, index: str | None = None, wait_for_active_shards: str | None = None,
                timeout: str | None = None, expand_wildcards: str | None = None) -> dict[str, Any]:
+        # opensearch-py takes a ``timeout`` parameter for the request's own timeout unless
+        # ``request_timeout`` is given: then it is the server's wait, as meant here
         with _translating():
-            return self._os.cluster.health(index=index, **_params(
+            return self._os.cluster.health(index=index, request_timeout=self._request_timeout, **_params(
                 wait_for_active_shards=wait_for_active_shards, timeout=timeout, expand_wildcards=expand_wildcards))
 
     def get_settings(self, *, include_defaults: bool = False,
@@ -136,7 +139,7 @@ class OpenSearchClient:
         self.engine = engine
         self._os = OpenSearch(upstream.url_strings, **client_options(upstream))
         self.indices = _Indices(self._os)
-        self.cluster = _Cluster(self._os)
+        self.cluster = _Cluster(self._os, upstream.request_timeout)
 
     def search(self, *, index: str | None = None, preference: str | None = None,
                filter_path: str | Sequence[str] | None = None, **body: Any) -> dict[str, Any]:
