@@ -28,10 +28,6 @@ from neardup.upstream import ClusterInfo, auth_headers
 #: Search keywords of the interface whose name in the request body differs.
 BODY_NAMES = {"source": "_source", "from_": "from"}
 
-#: OpenSearch 2 has no ``_shard_doc`` (the total order of a point in time's pages, 3.x has it):
-#: ``_id`` stands in, sorted on its fielddata (``indices.id_field_data.enabled``, on by default).
-SHARD_DOC_BEFORE_3 = {"_id": "asc"}
-
 
 def client_options(upstream: UpstreamConfig) -> dict[str, Any]:
     """Keyword arguments for :class:`opensearchpy.OpenSearch` from the configuration: credentials
@@ -144,8 +140,6 @@ class OpenSearchClient:
     def search(self, *, index: str | None = None, preference: str | None = None,
                filter_path: str | Sequence[str] | None = None, **body: Any) -> dict[str, Any]:
         request = {BODY_NAMES.get(name, name): value for name, value in body.items() if value is not None}
-        if (self.engine.major or 0) < 3 and isinstance(request.get("sort"), list):
-            request["sort"] = [SHARD_DOC_BEFORE_3 if key == "_shard_doc" else key for key in request["sort"]]
         with _translating():
             return self._os.search(index=index, body=request, **_params(preference=preference, filter_path=filter_path))
 
