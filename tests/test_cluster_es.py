@@ -376,42 +376,29 @@ def test_pushdown_pages_give_the_groups_the_cluster_ids_say(es, clustered):
 
 # --- what a run needs of the engine ------------------------------------------------------------------
 
-def test_only_opensearch_2_pages_by_id_and_needs_fielddata_on_it():
-    from neardup.indexer.cluster.requirements import unmet_requirement
-    from neardup.upstream import ClusterInfo
-
-    off = {"persistent": {"indices": {"id_field_data": {"enabled": "false"}}},
-           "defaults": {"indices": {"id_field_data": {"enabled": "true"}}}}
-    on = {"transient": {"indices": {"id_field_data": {"enabled": "true"}}}, **off}
-    for engine, version in (("Elasticsearch", "9.5.4"), ("Elasticsearch", "8.19.21"), ("OpenSearch", "3.8.0")):
-        assert unmet_requirement(ClusterInfo("u", engine, version), off) is None
-    old = ClusterInfo("u", "OpenSearch", "2.19.6")
-    reason = unmet_requirement(old, off)
-    assert reason is not None and "OpenSearch 2.19.6" in reason and "_shard_doc" in reason
-    assert unmet_requirement(old, on) is None and unmet_requirement(old, {}) is None
-
-
 def test_a_run_the_engine_cannot_serve_stops_before_writing_anything(es, es_url, engine, reuters_docs):
     """OpenSearch 2 with fielddata on ``_id`` off: no order to page by; any other engine runs."""
-    from neardup.indexer.cluster.requirements import pages_by_id
+    from neardup.indexer.reader import page_order
+
+    pages_by_id = page_order(engine) != "_shard_doc"
 
     name = f"cluster-engine-{uuid.uuid4().hex[:8]}"
     bulk_load(es, name, [{"id": d["id"], "title": d["title"], "body": d["body"]} for d in reuters_docs[:50]])
     assert run_neardup(["index", "--index", name], es_url).returncode == 0
-    if pages_by_id(engine):
+    if pages_by_id:
         es.cluster.put_settings(body={"transient": {"indices.id_field_data.enabled": False}})
     try:
         result = run_neardup(["cluster", "--index", name, "--threshold", str(THRESHOLD), "--json"], es_url)
         mapping = mappings(es, name)
-        if pages_by_id(engine):
+        if pages_by_id:
             message = result.stderr.decode()
             assert result.returncode == 3 and b"Traceback" not in result.stderr
-            assert f"OpenSearch {engine.version} has no _shard_doc" in message and "nothing was written" in message
+            assert f"OpenSearch {engine.version} has no _shard_doc" in message and "indices.id_field_data" in message
             assert META_KEY not in (mapping.get("_meta") or {})  # not even `building`
         else:
             assert result.returncode == 0, result.stderr.decode(errors="replace")
             assert mapping["_meta"][META_KEY]["state"] == "ready"
     finally:
-        if pages_by_id(engine):
+        if pages_by_id:
             es.cluster.put_settings(body={"transient": {"indices.id_field_data.enabled": None}})
         delete_index(es, name)

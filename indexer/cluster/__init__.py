@@ -13,7 +13,7 @@ find candidates through Elasticsearch itself; documents without one are clusters
 Modules, by role:
 
 * what a run is asked and records: :mod:`.options`, :mod:`.meta` (``_meta.neardup_clusters``,
-  ``building`` then ``ready``), :mod:`.result`, :mod:`.requirements` (what it needs of the engine);
+  ``building`` then ``ready``), :mod:`.result`;
 * what it reads and writes per document: :mod:`.documents`, :mod:`.queries`, :mod:`.updates`;
 * the run: :mod:`.job` (shared reading and writing), the strategies :mod:`.memory`,
   :mod:`.aggregate` and :mod:`.incremental`, :mod:`.verification` (exact verification of

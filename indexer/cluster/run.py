@@ -24,11 +24,11 @@ from neardup.indexer.cluster.memory import run_memory
 from neardup.indexer.cluster.meta import META_KEY, ClusterSettings, put_cluster_meta
 from neardup.indexer.cluster.options import ClusterOptions, choose_strategy, cluster_params
 from neardup.indexer.cluster.report import write_report
-from neardup.indexer.cluster.requirements import check_engine
 from neardup.indexer.cluster.result import ClusterResult
 from neardup.indexer.errors import JobError
 from neardup.indexer.mapping import plan_neardup_mapping, put_neardup_mapping
 from neardup.indexer.progress import Progress
+from neardup.indexer.reader import check_page_order
 from neardup.indexer.retry import Retrier
 
 
@@ -38,7 +38,7 @@ def run_cluster(config: Config, options: ClusterOptions, *, progress: Progress |
     retrier = Retrier(display_url(config.upstream), config.indexer.max_retries)
     started = time.perf_counter()
     try:
-        check_engine(client, retrier)
+        check_page_order(client)  # before anything is written: every strategy reads in that order
         plan = plan_neardup_mapping(client, retrier, options.index, extra=CLUSTER_MAPPING)
         indices = sorted(plan.root_mappings)
         params = cluster_params(options, config.fingerprint)
