@@ -109,7 +109,7 @@ class ClusterCalls(Protocol):
 
 
 class Client(Protocol):
-    """A connection to the cluster: answers are plain dicts, failures :class:`ClusterError`."""
+    """A connection to the cluster: answers are plain dicts, failures :class:`~neardup.indexer.errors.ClusterError`."""
 
     #: What the cluster is (engine and version), as the start-up check found it.
     engine: ClusterInfo
