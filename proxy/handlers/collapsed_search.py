@@ -265,7 +265,7 @@ async def _collapse_many(state: ProxyState, incoming: Incoming, items: list[Item
                          client_filter: filter_path.FilterPath | None) -> web.StreamResponse:
     request = incoming.request
     content_type = request.headers.get("Content-Type") or \
-        framing.ndjson_content_type_for(request.headers.get("Accept"))
+        framing.ndjson_content_type_for(request.headers.get("Accept"), state.upstream.engine.reads_compatible_with)
     headers = exchange.upstream_headers(request, content_type)
     upstream_query = "&".join(raw for name, _, raw in params if name != "filter_path")
     path_qs = incoming.raw_path + ("?" + upstream_query if upstream_query else "")
