@@ -119,12 +119,11 @@ def delete_index(client: Any, name: str) -> None:
     client.indices.delete(index=name, ignore_unavailable=True)
 
 
-def open_pit(client: Any, index: str) -> str:
-    """A point in time on ``index`` (one minute): Elasticsearch's ``_pit``, OpenSearch's
-    ``_search/point_in_time``."""
+def open_pit(client: Any, index: str, keep_alive: str = "1m") -> str:
+    """A point in time on ``index``: Elasticsearch's ``_pit``, OpenSearch's ``_search/point_in_time``."""
     if is_opensearch_client(client):
-        return str(client.create_pit(index=index, keep_alive="1m")["pit_id"])
-    return str(client.open_point_in_time(index=index, keep_alive="1m")["id"])
+        return str(client.create_pit(index=index, keep_alive=keep_alive)["pit_id"])
+    return str(client.open_point_in_time(index=index, keep_alive=keep_alive)["id"])
 
 
 def close_pit(client: Any, pit: str) -> bool:
