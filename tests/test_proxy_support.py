@@ -65,32 +65,34 @@ def _param(value: Any) -> str:
 
 
 def request(client: Any, method: str, path: str, params: dict[str, Any] | None = None,
-            body: Any = None) -> Any:
-    """One request through the client's own transport (JSON body), its decoded answer; raises
-    the client's own error on a status of 400 or more."""
+            body: Any = None, headers: dict[str, str] | None = None) -> Any:
+    """One request through the client's own transport (JSON body, extra ``headers``), its
+    decoded answer; raises the client's own error on a status of 400 or more."""
     query = {name: _param(value) for name, value in (params or {}).items()}
     if is_opensearch_client(client):
-        return client.transport.perform_request(method, path, params=query, body=body)
-    headers = {"accept": "application/json"}
+        return client.transport.perform_request(method, path, params=query, body=body, headers=headers)
+    sent = {"accept": "application/json", **(headers or {})}
     if body is not None:
-        headers["content-type"] = "application/json"
-    return client.perform_request(method, path, params=query, headers=headers, body=body).body
+        sent["content-type"] = "application/json"
+    return client.perform_request(method, path, params=query, headers=sent, body=body).body
 
 
 #: Keyword arguments of :func:`search` that go into the query string (the rest is the body).
-SEARCH_PARAMS = frozenset({"typed_keys", "rest_total_hits_as_int", "filter_path", "scroll", "source",
+SEARCH_PARAMS = frozenset({"typed_keys", "rest_total_hits_as_int", "filter_path", "scroll",
                            "source_includes", "source_excludes", "search_pipeline", "phase_took",
                            "request_cache", "preference", "routing", "search_type", "pretty"})
 
 
-def search(client: Any, index: str | None = None, **request_: Any) -> dict[str, Any]:
-    """``POST [/<index>]/_search``: keywords of :data:`SEARCH_PARAMS` as parameters (``source``,
-    ``source_includes``, ``source_excludes`` are ``_source...``), the others as the body
-    (``from_`` is ``from``)."""
+def search(client: Any, index: str | None = None, headers: dict[str, str] | None = None,
+           **request_: Any) -> dict[str, Any]:
+    """``POST [/<index>]/_search`` as elasticsearch-py's ``search`` sends it: keywords of
+    :data:`SEARCH_PARAMS` as parameters (``source_includes`` is ``_source_includes``), the
+    others as the body (``from_`` is ``from``, ``source`` is ``_source``)."""
     params = {("_" + name if name.startswith("source") else name): request_.pop(name)
               for name in list(request_) if name in SEARCH_PARAMS}
-    body = {("from" if name == "from_" else name): value for name, value in request_.items()}
-    return dict(request(client, "POST", f"/{index}/_search" if index else "/_search", params, body))
+    renamed = {"from_": "from", "source": "_source"}
+    body = {renamed.get(name, name): value for name, value in request_.items()}
+    return dict(request(client, "POST", f"/{index}/_search" if index else "/_search", params, body, headers))
 
 
 def msearch(client: Any, searches: list[dict[str, Any]], index: str | None = None) -> dict[str, Any]:
@@ -112,6 +114,14 @@ def bulk(client: Any, actions: Any, **options: Any) -> tuple[int, Any]:
         from opensearchpy import helpers as os_helpers
         return os_helpers.bulk(client, actions, **options)
     return es_helpers.bulk(client, actions, **options)
+
+
+def scan(client: Any, **options: Any) -> Any:
+    """The scan helper of the client's own library."""
+    if is_opensearch_client(client):
+        from opensearchpy import helpers as os_helpers
+        return os_helpers.scan(client, **options)
+    return es_helpers.scan(client, **options)
 
 
 def delete_index(client: Any, name: str) -> None:
