@@ -923,3 +923,20 @@ def test_ext_in_the_body_passes_through(proxy: ProxyThread, es_url: str, family_
     proxied = http(proxy.url + url, "POST", unknown, {"Content-Type": "application/json"})
     direct = http(es_url + url, "POST", unknown, {"Content-Type": "application/json"})
     assert proxied[0] == direct[0] == 400 and proxied[2] == direct[2]
+
+
+def test_unparsable_requests_are_answered_in_the_engines_format(proxy: ProxyThread, engine: ClusterInfo) -> None:
+    """Bytes that are not HTTP never reach the application; aiohttp's answer to them has the
+    engine's error shape and headers all the same."""
+    host, port = proxy.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"GET /_search HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n")
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head = data.split(b"\r\n\r\n", 1)[0].decode("latin-1").lower()
+    assert head.split("\r\n", 1)[0].split()[1] == "400" and "application/json" in head
+    assert ("x-elastic-product: elasticsearch" in head) == (not engine.is_opensearch)
