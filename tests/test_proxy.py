@@ -940,3 +940,36 @@ def test_unparsable_requests_are_answered_in_the_engines_format(proxy: ProxyThre
     head = data.split(b"\r\n\r\n", 1)[0].decode("latin-1").lower()
     assert head.split("\r\n", 1)[0].split()[1] == "400" and "application/json" in head
     assert ("x-elastic-product: elasticsearch" in head) == (not engine.is_opensearch)
+
+
+def test_push_down_to_native_collapse_on_the_engine(proxy: ProxyThread, es: Any, family_index: FamilyIndex) -> None:
+    """The engine's native ``collapse`` with ``inner_hits`` on stored cluster ids (README,
+    Clusters), here on an index whose ids are written by hand (each planted family one cluster,
+    every other document its own), so that it runs without ``neardup cluster``."""
+    name = f"proxy-test-native-{uuid.uuid4().hex[:8]}"
+    version = next(d["neardup"]["v"] for d in family_index.docs.values() if "sig" in d.get("neardup", {}))
+    mappings = mapping()
+    mappings["properties"]["neardup"]["properties"]["cluster"] = {"type": "keyword"}
+    mappings["_meta"] = {"neardup_clusters": {"state": "ready", "mode": "resemblance", "version": version,
+                                              "threshold": 0.8}}
+    create_index(es, name, mappings, {"number_of_shards": 2, "number_of_replicas": 0})
+    try:
+        def clustered(doc_id: str, doc: dict) -> dict:
+            family = doc["family"] if doc["family"] != "x" else doc_id
+            return {**doc, "neardup": {**doc.get("neardup", {}), "cluster": family}}
+
+        bulk(es, ({"_index": name, "_id": i, "_source": clustered(i, d)} for i, d in family_index.docs.items()),
+             refresh="wait_for")
+        for page in range(2):
+            answer = search(proxy.client(), name, sort=["rank"], from_=page * 6, size=6, source=["family"])
+            assert answer["neardup"]["pushdown"] is True and answer["neardup"]["groups"] == 6
+            for top in answer["hits"]["hits"]:
+                members = [top, *top["inner_hits"]["neardup"]["hits"]["hits"]]
+                assert {hit["_source"]["family"] for hit in members} == {top["_source"]["family"]}
+                family = [i for i, d in family_index.docs.items() if d["family"] == top["_source"]["family"]]
+                if top["_source"]["family"] == "x":   # each its own cluster
+                    family = [top["_id"]]
+                assert len(members) == len(family)
+                assert top["_id"] == min(family, key=lambda i: family_index.docs[i]["rank"])
+    finally:
+        delete_index(es, name)
