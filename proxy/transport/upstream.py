@@ -22,7 +22,8 @@
   sent them).
 * A node that sends nothing for ``upstream.request_timeout`` seconds gives a 504; one that cannot
   be reached gives a 502 (:mod:`neardup.proxy.transport.errors`).
-* Which engine the nodes run (:attr:`Upstream.engine`) is learned from their answers and from
+* Which engine the nodes run (``Upstream.engine``, an
+  :class:`~neardup.proxy.transport.engine.Engine`) is learned from their answers and from
   ``GET /`` (:meth:`Upstream.learn_engine`).
 """
 
