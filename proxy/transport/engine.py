@@ -57,6 +57,8 @@ class Engine:
 
     def note_headers(self, headers: Mapping[str, str]) -> None:
         """Learn what an upstream answer's headers tell: each engine marks its answers."""
+        if self.known and (self.version_header is not None or not self.is_opensearch):
+            return   # nothing more to learn (on the search path's every round)
         opensearch = headers.get(OPENSEARCH_VERSION_HEADER)
         if opensearch is not None:
             self.name, self.known, self.version_header = OPENSEARCH, True, opensearch
