@@ -6,7 +6,8 @@
 * every other request: :func:`neardup.proxy.handlers.dispatch.proxy_request` (collapsed searches,
   everything else forwarded unchanged).
 
-The middleware turns every failure into an Elasticsearch-style error body (never a traceback),
+The middleware turns every failure into an error body of the upstream's engine (never a
+traceback; :mod:`neardup.proxy.transport.engine`, learned on start-up or the first request),
 sheds load beyond ``proxy.max_in_flight``, records metrics and writes one structured access-log
 line per request, without credentials (no header values, no query values, only the path and the
 names of the query parameters).
@@ -32,6 +33,7 @@ from neardup.proxy.handlers.metrics import Metrics
 from neardup.proxy.handlers.ops import health, metrics, ops_moved
 from neardup.proxy.handlers.params import split_query, wants_pretty
 from neardup.proxy.transport import access, errors, framing
+from neardup.proxy.transport.engine import ENGINE
 from neardup.proxy.transport.errors import error_response
 from neardup.proxy.transport.upstream import Upstream
 from neardup.tfidf_config import tfidf_version_of
@@ -70,9 +72,11 @@ _UPSTREAM_ERROR_KINDS = {
 
 @web.middleware
 async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Errors → Elasticsearch error bodies; metrics; one access-log line."""
+    """Errors → the engine's error bodies; metrics; one access-log line."""
     state = request.app[STATE]
     started = time.perf_counter()
+    if not state.upstream.engine.known and not request.raw_path.startswith("/_neardup/"):
+        await state.upstream.learn_engine()
     request[ROUTE] = "passthrough"
     request[OUTCOME] = None
     limit = state.config.proxy.max_in_flight
@@ -114,16 +118,16 @@ NEVER_SHED = frozenset({"/_neardup/health", "/_neardup/metrics"})
 
 
 def _shed(request: web.Request, state: ProxyState, limit: int) -> web.Response:
-    """Overload: 429 at once, in Elasticsearch's own rejection format, nothing sent upstream."""
+    """Overload: 429 at once, in the engine's own rejection format, nothing sent upstream."""
     request[ROUTE] = "rejected"
     request[OUTCOME] = "rejected"
     state.metrics.inc("neardup_proxy_rejected_total")
-    return _error(request, errors.rejected(limit))
+    return _error(request, errors.rejected(limit, state.upstream.engine))
 
 
 async def _handle(request: web.Request, handler: Handler, state: ProxyState,
                   counted: bool) -> web.StreamResponse:
-    """Run the handler; every failure becomes an Elasticsearch error body."""
+    """Run the handler; every failure becomes an error body of the engine."""
     state.metrics.in_flight += 1
     if counted:
         state.admitted += 1
@@ -156,9 +160,9 @@ async def _handle(request: web.Request, handler: Handler, state: ProxyState,
 
 
 def _error(request: web.Request, error: errors.ProxyError) -> web.Response:
-    """``error`` in Elasticsearch's format, pretty-printed when the request asked (``?pretty``)."""
+    """``error`` in the engine's format, pretty-printed when the request asked (``?pretty``)."""
     pretty = wants_pretty(split_query(request.raw_path.partition("?")[2]))
-    return framing.encoded_for(request, error_response(error, pretty=pretty))
+    return framing.encoded_for(request, error_response(error, pretty=pretty, engine=request.app[ENGINE]))
 
 
 def _body_bytes(response: web.StreamResponse) -> int:
@@ -195,6 +199,7 @@ def create_app(config: Config, algorithms: Algorithms | None = None,
     app = web.Application(middlewares=[observe], client_max_size=config.proxy.max_body_bytes)
     logging.getLogger("aiohttp.server").addFilter(_QUIET)   # once: the same filter object
     app[STATE] = state
+    app[ENGINE] = state.upstream.engine
     app[framing.MAX_BODY_BYTES] = config.proxy.max_body_bytes
     app[framing.EXPECT_REFUSED] = _account_refused_expectation
     ops_elsewhere = bool(config.proxy.ops_address)   # then create_ops_app serves them
@@ -206,6 +211,7 @@ def create_app(config: Config, algorithms: Algorithms | None = None,
 
     async def start(app: web.Application) -> None:
         await app[STATE].upstream.start()
+        await app[STATE].upstream.learn_engine()
 
     async def stop(app: web.Application) -> None:
         app[STATE].metrics.maybe_write_snapshot(force=True)
@@ -221,6 +227,7 @@ def create_ops_app(main: web.Application) -> web.Application:
     the main application's state (upstream session, metrics), so start the main one first."""
     ops = web.Application(middlewares=[observe])
     ops[STATE] = main[STATE]
+    ops[ENGINE] = main[ENGINE]
     ops[framing.EXPECT_REFUSED] = _account_refused_expectation
     ops.router.add_get("/_neardup/health", health, allow_head=True, expect_handler=framing.expect_continue)
     ops.router.add_get("/_neardup/metrics", metrics, allow_head=True, expect_handler=framing.expect_continue)

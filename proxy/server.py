@@ -10,7 +10,8 @@ no public hook for the answer. :class:`ElasticErrorRequestHandler` (aiohttp's co
 handler, two methods overridden) makes that answer an Elasticsearch error body too. It relies
 on aiohttp internals, checked once at import (:data:`MISSING_INTERNALS`); on an aiohttp whose
 internals differ it stays off, the proxy answers those requests as plain aiohttp does (a
-plain-text 400), and :func:`warn_plain_errors` says so at start.
+plain-text 400), and :func:`warn_plain_errors` says so at start. (The error bodies follow the
+upstream's engine, :mod:`neardup.proxy.transport.engine`; "Elasticsearch" below stands for both.)
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from aiohttp.web_protocol import RequestHandler
 from neardup.config import Config, split_host_port
 from neardup.proxy.app import create_app, create_ops_app
 from neardup.proxy.transport import errors
+from neardup.proxy.transport.engine import ENGINE, Engine
 from neardup.proxy.transport.errors import error_response
 from neardup.upstream import UpstreamError, check_reachable, without_credentials
 
@@ -170,9 +172,15 @@ class ElasticErrorRequestHandler(RequestHandler):
             error = errors.ProxyError(504, "neardup_proxy_exception", "the request took too long")
         else:
             error = errors.internal(type(exc).__name__ if exc is not None else "unexpected error")
-        response = error_response(error)
+        response = error_response(error, engine=self._engine())
         response.force_close()
         return response
+
+    def _engine(self) -> Engine | None:
+        """The upstream's engine, from the application this connection serves (aiohttp's server
+        holds the application's request handler, a bound method of it)."""
+        app = getattr(getattr(self._manager, "request_handler", None), "__self__", None)
+        return app.get(ENGINE) if isinstance(app, web.Application) else None
 
 
 class ElasticErrorServer(web.Server):

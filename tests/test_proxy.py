@@ -1,4 +1,5 @@
-"""The proxy against the real Elasticsearch, with the official client pointed at it."""
+"""The proxy against the real engine (Elasticsearch or OpenSearch), with the engine's official
+client pointed at it."""
 
 from __future__ import annotations
 
@@ -15,17 +16,27 @@ import uuid
 from typing import Any
 
 import pytest
-from elasticsearch import AsyncElasticsearch, Elasticsearch, NotFoundError, helpers
 
+from neardup.upstream import ClusterInfo
 from tests.test_proxy_support import (  # noqa: F401 - fixtures
     FamilyIndex,
     ProxyThread,
+    async_engine_client,
+    bulk,
+    close_pit,
+    create_index,
+    delete_index,
     family_index,
     free_port,
     make_config,
     mapping,
+    msearch,
+    open_pit,
     pes,
+    product_header,
     proxy,
+    request,
+    search,
 )
 
 pytestmark = pytest.mark.es
@@ -52,31 +63,32 @@ def without_took(raw: bytes) -> bytes:
 
 
 # -- transparent pass-through with the official clients ---------------------------------------
-def test_sync_client_works_for_every_kind_of_request(pes: Elasticsearch, es: Elasticsearch) -> None:
+def test_sync_client_works_for_every_kind_of_request(pes: Any, es: Any) -> None:
     name = f"proxy-client-{time.time_ns()}"
-    pes.indices.create(index=name, mappings={"properties": {"n": {"type": "integer"}, "t": {"type": "text"}}},
-                       settings={"number_of_shards": 1, "number_of_replicas": 0})
+    create_index(pes, name, {"properties": {"n": {"type": "integer"}, "t": {"type": "text"}}},
+                 {"number_of_shards": 1, "number_of_replicas": 0})
     try:
         assert pes.indices.exists(index=name)
-        ok, errors = helpers.bulk(pes, ({"_index": name, "_id": str(i), "n": i, "t": f"doc {i}"}
-                                        for i in range(30)), refresh="wait_for")
+        ok, errors = bulk(pes, ({"_index": name, "_id": str(i), "n": i, "t": f"doc {i}"}
+                                for i in range(30)), refresh="wait_for")
         assert ok == 30 and not errors
-        assert pes.index(index=name, id="x", document={"n": 100, "t": "extra"}, refresh=True)["result"] == "created"
+        assert pes.index(index=name, id="x", body={"n": 100, "t": "extra"}, refresh=True)["result"] == "created"
         assert pes.get(index=name, id="x")["_source"] == {"n": 100, "t": "extra"}
-        pes.update(index=name, id="x", doc={"t": "changed"}, refresh=True)
+        pes.update(index=name, id="x", body={"doc": {"t": "changed"}}, refresh=True)
         assert es.get(index=name, id="x")["_source"]["t"] == "changed"
         assert pes.delete(index=name, id="x", refresh=True)["result"] == "deleted"
-        with pytest.raises(NotFoundError):
+        with pytest.raises(Exception) as caught:
             pes.get(index=name, id="x")
+        assert caught.value.status_code == 404 and type(caught.value).__name__ == "NotFoundError"
         assert pes.count(index=name)["count"] == 30
-        found = pes.search(index=name, query={"range": {"n": {"lt": 5}}}, sort=["n"])
+        found = search(pes, name, query={"range": {"n": {"lt": 5}}}, sort=["n"])
         assert [h["_id"] for h in found["hits"]["hits"]] == ["0", "1", "2", "3", "4"]
-        multi = pes.msearch(searches=[{"index": name}, {"query": {"term": {"n": 7}}},
-                                      {"index": name}, {"size": 0}])
+        multi = msearch(pes, [{"index": name}, {"query": {"term": {"n": 7}}},
+                              {"index": name}, {"size": 0}])
         assert multi["responses"][0]["hits"]["hits"][0]["_id"] == "7"
         assert multi["responses"][1]["hits"]["total"]["value"] == 30
         # scroll
-        page = pes.search(index=name, scroll="1m", size=7, sort=["n"])
+        page = search(pes, name, scroll="1m", size=7, sort=["n"])
         ids = [h["_id"] for h in page["hits"]["hits"]]
         while True:
             page = pes.scroll(scroll_id=page["_scroll_id"], scroll="1m")
@@ -86,50 +98,58 @@ def test_sync_client_works_for_every_kind_of_request(pes: Elasticsearch, es: Ela
         pes.clear_scroll(scroll_id=page["_scroll_id"])
         assert ids == [str(i) for i in range(30)]
         # point in time + search_after
-        pit = pes.open_point_in_time(index=name, keep_alive="1m")["id"]
+        pit = open_pit(pes, name)
         after, seen = None, []
         while True:
             kwargs = {"search_after": after} if after else {}
-            page = pes.search(pit={"id": pit, "keep_alive": "1m"}, size=8, sort=[{"n": "asc"}], **kwargs)
+            page = search(pes, pit={"id": pit, "keep_alive": "1m"}, size=8, sort=[{"n": "asc"}], **kwargs)
             hits = page["hits"]["hits"]
             if not hits:
                 break
             seen += [h["_id"] for h in hits]
             after = hits[-1]["sort"]
-        assert pes.close_point_in_time(id=pit)["succeeded"]
+        assert close_pit(pes, pit)
         assert seen == [str(i) for i in range(30)]
     finally:
-        es.options(ignore_status=404).indices.delete(index=name)
+        delete_index(es, name)
     assert not pes.indices.exists(index=name)
 
 
-def test_async_client_works_through_the_proxy(proxy: ProxyThread, es: Elasticsearch) -> None:
+def test_async_client_works_through_the_proxy(proxy: ProxyThread, es: Any, engine: ClusterInfo) -> None:
     name = f"proxy-async-{time.time_ns()}"
+    # Elasticsearch's PIT tiebreaker is _shard_doc; OpenSearch sorts a PIT on _doc.
+    tiebreak = [{"_doc": "asc"}] if engine.is_opensearch else [{"_shard_doc": "asc"}]
 
     async def run() -> None:
-        client = AsyncElasticsearch(proxy.url, request_timeout=30)
+        client = async_engine_client(proxy.url, engine)
         try:
-            await client.indices.create(index=name, settings={"number_of_replicas": 0})
-            await client.bulk(operations=[{"index": {"_index": name, "_id": "1"}}, {"t": "a"},
-                                          {"index": {"_index": name, "_id": "2"}}, {"t": "b"}],
+            await client.indices.create(index=name, body={"settings": {"number_of_replicas": 0}})
+            await client.bulk(body=[{"index": {"_index": name, "_id": "1"}}, {"t": "a"},
+                                    {"index": {"_index": name, "_id": "2"}}, {"t": "b"}],
                               refresh="wait_for")
-            await client.index(index=name, id="3", document={"t": "c"}, refresh=True)
+            await client.index(index=name, id="3", body={"t": "c"}, refresh=True)
             assert (await client.get(index=name, id="3"))["_source"] == {"t": "c"}
-            await client.update(index=name, id="3", doc={"t": "d"}, refresh=True)
+            await client.update(index=name, id="3", body={"doc": {"t": "d"}}, refresh=True)
             assert (await client.count(index=name))["count"] == 3
-            found = await client.search(index=name, query={"match": {"t": "d"}})
+            found = await client.search(index=name, body={"query": {"match": {"t": "d"}}})
             assert [h["_id"] for h in found["hits"]["hits"]] == ["3"]
-            multi = await client.msearch(searches=[{"index": name}, {"query": {"match_all": {}}}])
+            multi = await client.msearch(body=[{"index": name}, {"query": {"match_all": {}}}])
             assert multi["responses"][0]["hits"]["total"]["value"] == 3
-            page = await client.search(index=name, scroll="1m", size=2)
+            page = await client.search(index=name, scroll="1m", body={"size": 2})
             assert len(page["hits"]["hits"]) == 2
             await client.clear_scroll(scroll_id=page["_scroll_id"])
-            pit = (await client.open_point_in_time(index=name, keep_alive="1m"))["id"]
-            page = await client.search(pit={"id": pit}, size=2, sort=[{"_shard_doc": "asc"}])
-            page = await client.search(pit={"id": pit}, size=2, sort=[{"_shard_doc": "asc"}],
-                                       search_after=page["hits"]["hits"][-1]["sort"])
+            if engine.is_opensearch:
+                pit = (await client.create_pit(index=name, keep_alive="1m"))["pit_id"]
+            else:
+                pit = (await client.open_point_in_time(index=name, keep_alive="1m"))["id"]
+            page = await client.search(body={"pit": {"id": pit}, "size": 2, "sort": tiebreak})
+            page = await client.search(body={"pit": {"id": pit}, "size": 2, "sort": tiebreak,
+                                             "search_after": page["hits"]["hits"][-1]["sort"]})
             assert len(page["hits"]["hits"]) == 1
-            await client.close_point_in_time(id=pit)
+            if engine.is_opensearch:
+                await client.delete_pit(body={"pit_id": [pit]})
+            else:
+                await client.close_point_in_time(id=pit)
             await client.delete(index=name, id="3", refresh=True)
             assert (await client.count(index=name))["count"] == 2
         finally:
@@ -138,7 +158,7 @@ def test_async_client_works_through_the_proxy(proxy: ProxyThread, es: Elasticsea
     try:
         asyncio.run(run())
     finally:
-        es.options(ignore_status=404).indices.delete(index=name)
+        delete_index(es, name)
 
 
 def test_neardup_off_is_byte_identical_to_elasticsearch(proxy: ProxyThread, es_url: str,
@@ -152,27 +172,57 @@ def test_neardup_off_is_byte_identical_to_elasticsearch(proxy: ProxyThread, es_u
     header_off = http(proxy.url + path + "?typed_keys=true", "POST", body, {**headers, "X-Neardup": "off"})
     assert direct[0] == off[0] == header_off[0] == 200
     assert without_took(off[2]) == without_took(direct[2]) == without_took(header_off[2])
-    for name in ("content-type", "x-elastic-product"):
-        assert off[1][name] == direct[1][name]
+    for name in ("content-type", "x-elastic-product", "x-opensearch-version"):
+        assert off[1].get(name) == direct[1].get(name)
     # No "took" at all: exactly the same bytes.
     doc = family_index.ranked[0]
     assert http(proxy.url + f"/{family_index.name}/_doc/{doc}")[2] == \
         http(es_url + f"/{family_index.name}/_doc/{doc}")[2]
 
 
-def test_headers_compatibility_and_product_pass_through(proxy: ProxyThread, es_url: str,
+def test_headers_compatibility_and_product_pass_through(proxy: ProxyThread, es_url: str, engine: ClusterInfo,
                                                        family_index: FamilyIndex) -> None:
+    """Elasticsearch reads ``compatible-with`` media types and answers in them; OpenSearch
+    refuses such a Content-Type (406) and ignores such an Accept. Through the proxy, collapsed
+    or not, the client gets what the engine answers directly."""
     compat = "application/vnd.elasticsearch+json; compatible-with=8"
     for path in (f"/{family_index.name}/_search", f"/{family_index.name}/_count"):
         status, headers, raw = http(proxy.url + path, "POST", b"{}", {"Content-Type": compat, "Accept": compat})
-        assert status == 200
-        assert headers["x-elastic-product"] == "Elasticsearch"
-        assert "compatible-with=8" in headers["content-type"]
+        direct = http(es_url + path, "POST", b"{}", {"Content-Type": compat, "Accept": compat})
+        assert headers.get("x-elastic-product") == direct[1].get("x-elastic-product") == product_header(engine)
+        if engine.is_opensearch:
+            assert status == direct[0] == 406 and raw == direct[2]
+            assert "x-neardup-skipped" in headers or path.endswith("_count")
+        else:
+            assert status == 200
+            assert "compatible-with=8" in headers["content-type"]
     status, _, raw = http(proxy.url + f"/{family_index.name}/_search", "POST", b"{}",
                           {"Content-Type": compat, "Accept": "application/vnd.elasticsearch+json; compatible-with=7"})
     direct = http(es_url + f"/{family_index.name}/_search", "POST", b"{}",
                   {"Content-Type": compat, "Accept": "application/vnd.elasticsearch+json; compatible-with=7"})
-    assert status == direct[0] == 400 and json.loads(raw)["error"] == json.loads(direct[2])["error"]
+    assert status == direct[0] == (406 if engine.is_opensearch else 400)
+    assert json.loads(raw)["error"] == json.loads(direct[2])["error"]
+
+
+@pytest.mark.parametrize("version", [7, 8, 9])
+def test_compatible_with_accept_alone_is_answered_as_the_engine_answers_it(
+        proxy: ProxyThread, es_url: str, engine: ClusterInfo, family_index: FamilyIndex, version: int) -> None:
+    """A search without a body but with a ``compatible-with`` Accept: the proxy writes the body
+    of its rounds itself, with a Content-Type the engine reads (OpenSearch: plain JSON, it
+    ignores the Accept), so the search is collapsed where the engine answers it at all."""
+    accept = {"Accept": f"application/vnd.elasticsearch+json; compatible-with={version}"}
+    path = f"/{family_index.name}/_search?sort=rank&size=4"
+    status, headers, raw = http(proxy.url + path, headers=accept)
+    direct = http(es_url + path, headers=accept)
+    assert status == direct[0]
+    assert headers.get("x-elastic-product") == product_header(engine)
+    assert headers["content-type"] == direct[1]["content-type"]
+    if status == 200:
+        assert "neardup" in json.loads(raw) and "x-neardup-skipped" not in headers
+    else:   # Elasticsearch 9 refuses compatible-with=7, Elasticsearch 8 refuses 9
+        assert not engine.is_opensearch and raw == direct[2]
+    if engine.is_opensearch or (engine.major or 0) - 1 <= version <= (engine.major or 0):
+        assert status == 200
 
 
 def test_gzip_both_ways(proxy: ProxyThread, es_url: str, family_index: FamilyIndex) -> None:
@@ -182,13 +232,13 @@ def test_gzip_both_ways(proxy: ProxyThread, es_url: str, family_index: FamilyInd
     assert status == 200 and head["content-encoding"] == "gzip"
     decoded = json.loads(gzip.decompress(raw))
     assert len(decoded["hits"]["hits"]) == 5 and "neardup" in decoded
-    # Pass-through: Elasticsearch's own gzip bytes.
+    # Pass-through: Any's own gzip bytes.
     status, head, raw = http(proxy.url + f"/{family_index.name}/_count", "POST", body, headers)
     direct = http(es_url + f"/{family_index.name}/_count", "POST", body, headers)
     assert head.get("content-encoding") == direct[1].get("content-encoding") == "gzip"
     assert json.loads(gzip.decompress(raw)) == json.loads(gzip.decompress(direct[2]))
     # The official client with compression on.
-    client = Elasticsearch(proxy.url, http_compress=True)
+    client = proxy.client(http_compress=True)
     try:
         assert client.count(index=family_index.name)["count"] == len(family_index.docs)
         assert len(client.search(index=family_index.name, size=3)["hits"]["hits"]) == 3
@@ -221,11 +271,11 @@ def shown_ids(response: dict) -> list[str]:
     return ids
 
 
-def test_collapsed_pages_match_exact_similarity(pes: Elasticsearch, family_index: FamilyIndex) -> None:
+def test_collapsed_pages_match_exact_similarity(pes: Any, family_index: FamilyIndex) -> None:
     index = family_index
     seen: set[str] = set()
     for page in range(5):
-        response = pes.search(index=index.name, sort=["rank"], from_=page * 8, size=8).body
+        response = search(pes, index=index.name, sort=["rank"], from_=page * 8, size=8)
         tops = response["hits"]["hits"]
         assert len(tops) == 8, "a page holds size distinct groups"
         summary = response["neardup"]
@@ -255,11 +305,11 @@ def test_collapsed_pages_match_exact_similarity(pes: Elasticsearch, family_index
         assert exact_sizes, "the window holds known near-duplicates"
         seen |= set(shown)
     # Every edited copy family seen so far was folded, never shown twice.
-    assert any(response["neardup"]["collapsed"] for response in [pes.search(index=index.name, sort=["rank"], size=8).body])
+    assert any(response["neardup"]["collapsed"] for response in [search(pes, index=index.name, sort=["rank"], size=8)])
 
 
-def test_hits_without_fingerprint_are_never_collapsed(pes: Elasticsearch, family_index: FamilyIndex) -> None:
-    response = pes.search(index=family_index.name, query={"prefix": {"family": "x"}}, sort=["rank"]).body
+def test_hits_without_fingerprint_are_never_collapsed(pes: Any, family_index: FamilyIndex) -> None:
+    response = search(pes, index=family_index.name, query={"prefix": {"family": "x"}}, sort=["rank"])
     assert [h["_id"] for h in response["hits"]["hits"]] == ["x-none", "x-old", "x-bad"]
     assert response["neardup"]["collapsed"] == 0 and response["neardup"]["fingerprinted"] == 0
 
@@ -304,14 +354,14 @@ def strip_ours(hit: dict) -> dict:
     ({"version": True, "seq_no_primary_term": True, "highlight": {"fields": {"body": {}}},
       "query": {"match": {"body": "company"}}}, ""),
 ])
-def test_hits_have_exactly_the_fields_elasticsearch_returns(pes: Elasticsearch, es: Elasticsearch,
+def test_hits_have_exactly_the_fields_elasticsearch_returns(pes: Any, es: Any,
                                                             family_index: FamilyIndex,
                                                             body: dict, query: str) -> None:
     params = dict(p.split("=") for p in query.split("&") if p)
     params = {("source" if k == "_source" else k.lstrip("_")): v for k, v in params.items()}
     request = {"sort": ["rank"] if "query" not in body else ["_score", "rank"], "size": 10, **body}
-    proxied = pes.search(index=family_index.name, **request, **params).body
-    direct = es.search(index=family_index.name, **{**request, "size": 100}, **params).body
+    proxied = search(pes, index=family_index.name, **request, **params)
+    direct = search(es, index=family_index.name, **{**request, "size": 100}, **params)
     by_id = {h["_id"]: h for h in direct["hits"]["hits"]}
     checked = 0
     for top in proxied["hits"]["hits"]:
@@ -328,12 +378,12 @@ def test_hits_have_exactly_the_fields_elasticsearch_returns(pes: Elasticsearch, 
     ({"stored_fields": ["title"], "_source": True}, ""),
     ({"_source": ["title"]}, ""),
 ])
-def test_the_groups_do_not_depend_on_what_the_client_fetches(pes: Elasticsearch, family_index: FamilyIndex,
+def test_the_groups_do_not_depend_on_what_the_client_fetches(pes: Any, family_index: FamilyIndex,
                                                              body: dict, query: str) -> None:
     """Whatever the client asks to be fetched (ids only, no source, part of it), the proxy reads
     the fingerprints and folds the same hits as for a plain search."""
     def groups(extra: dict, params: dict) -> list[list[str]]:
-        answer = pes.search(index=family_index.name, sort=["rank"], size=20, **extra, **params).body
+        answer = search(pes, index=family_index.name, sort=["rank"], size=20, **extra, **params)
         assert answer["neardup"]["fingerprinted"] >= 20
         return [[hit["_id"]] + [m["_id"] for m in hit["inner_hits"]["neardup"]["hits"]["hits"]]
                 for hit in answer["hits"]["hits"]]
@@ -345,24 +395,24 @@ def test_the_groups_do_not_depend_on_what_the_client_fetches(pes: Elasticsearch,
 
 
 def test_aggregations_suggest_and_totals_are_left_as_elasticsearch_returns_them(
-        pes: Elasticsearch, es: Elasticsearch, family_index: FamilyIndex) -> None:
+        pes: Any, es: Any, family_index: FamilyIndex) -> None:
     request = {"query": {"match": {"body": "the"}}, "size": 30, "track_total_hits": True,
                "aggs": {"topics": {"terms": {"field": "topics", "size": 50}}},
                "suggest": {"s": {"text": "compny", "term": {"field": "body"}}}}
-    proxied = pes.search(index=family_index.name, **request).body
-    direct = es.search(index=family_index.name, **request).body
+    proxied = search(pes, index=family_index.name, **request)
+    direct = search(es, index=family_index.name, **request)
     for key in ("aggregations", "suggest", "_shards", "timed_out"):
         assert proxied[key] == direct[key]
     assert proxied["hits"]["total"] == direct["hits"]["total"]
     assert proxied["hits"]["max_score"] == direct["hits"]["max_score"]
-    ranking = es.search(index=family_index.name, query=request["query"], size=200).body
+    ranking = search(es, index=family_index.name, query=request["query"], size=200)
     direct_order = [h["_id"] for h in ranking["hits"]["hits"]]
     tops = [h["_id"] for h in proxied["hits"]["hits"]]
     assert tops == sorted(tops, key=direct_order.index), "ES ranking is kept"
 
 
 @pytest.mark.parametrize("path", ["window", "pushdown"])
-def test_added_fields_stay_out_of_completion_suggestions(pes: Elasticsearch, es: Elasticsearch, es_url: str,
+def test_added_fields_stay_out_of_completion_suggestions(pes: Any, es: Any, es_url: str,
                                                          family_index: FamilyIndex, path: str) -> None:
     """Elasticsearch fetches a search's top-level ``fields`` for the options of a completion
     suggester too (they are hits, like those of ``top_hits``): the fingerprint fields the proxy
@@ -373,24 +423,24 @@ def test_added_fields_stay_out_of_completion_suggestions(pes: Elasticsearch, es:
     name = f"proxy-test-suggest-{uuid.uuid4().hex[:8]}"
     mappings = mapping()
     mappings["properties"]["tag"] = {"type": "completion"}
-    es.indices.create(index=name, mappings=mappings, settings={"number_of_shards": 1, "number_of_replicas": 0})
+    create_index(es, name, mappings, {"number_of_shards": 1, "number_of_replicas": 0})
     try:
-        helpers.bulk(es, ({"_index": name, "_id": i, "_source": {**d, "tag": f"story {i}"}}
+        bulk(es, ({"_index": name, "_id": i, "_source": {**d, "tag": f"story {i}"}}
                           for i, d in family_index.docs.items()), refresh="wait_for")
         if path == "pushdown":
             assert cluster(es_url, name)["failed"] == 0
         suggest = {"t": {"prefix": "story s1", "completion": {"field": "tag", "size": 4}}}
         for body in ({"_source": False}, {"_source": ["title"], "fields": ["rank"]}):
             request = {**body, "query": {"match": {"body": "the"}}, "size": 5, "suggest": suggest}
-            direct = es.search(index=name, **request).body
+            direct = search(es, index=name, **request)
             assert len(direct["suggest"]["t"][0]["options"]) == 4
-            proxied = pes.search(index=name, **request).body
+            proxied = search(pes, index=name, **request)
             assert proxied["neardup"].get("pushdown", False) == (path == "pushdown")
             assert proxied["suggest"] == direct["suggest"]
-            item = pes.msearch(searches=[{"index": name}, request]).body["responses"][0]
+            item = msearch(pes, [{"index": name}, request])["responses"][0]
             assert "neardup" in item and item["suggest"] == direct["suggest"]
     finally:
-        es.options(ignore_status=404).indices.delete(index=name)
+        delete_index(es, name)
 
 
 @pytest.mark.parametrize("filter_expression", [
@@ -424,16 +474,16 @@ def test_filter_path_is_applied_to_the_collapsed_response(proxy: ProxyThread, es
             assert direct == filtered
 
 
-def test_msearch_collapses_each_search(pes: Elasticsearch, family_index: FamilyIndex) -> None:
+def test_msearch_collapses_each_search(pes: Any, family_index: FamilyIndex) -> None:
     name = family_index.name
-    multi = pes.msearch(searches=[
+    multi = msearch(pes, [
         {"index": name}, {"sort": ["rank"], "size": 5},
         {"index": name}, {"sort": ["rank"], "size": 5, "from": 5, "_source": ["title"]},
         {"index": "proxy-no-such-index"}, {"query": {"match_all": {}}},
         {"index": name}, {"size": 3, "sort": ["rank"], "search_after": [2]},
-    ]).body
+    ])
     first, second, bad, after = multi["responses"]
-    assert first == {**pes.search(index=name, sort=["rank"], size=5).body, "took": first["took"], "status": 200}
+    assert first == {**search(pes, index=name, sort=["rank"], size=5), "took": first["took"], "status": 200}
     assert len(second["hits"]["hits"]) == 5 and set(second["hits"]["hits"][0]["_source"]) == {"title"}
     assert not set(shown_ids(first)) & set(shown_ids(second))
     assert bad["status"] == 404 and bad["error"]["type"] == "index_not_found_exception"
@@ -503,10 +553,10 @@ def test_msearch_fails_open_when_a_later_batch_meets_a_passing_upstream_error(
 
 
 def test_pit_with_from_size_is_collapsed_and_scroll_search_after_pass(
-        pes: Elasticsearch, proxy: ProxyThread, family_index: FamilyIndex) -> None:
-    pit = pes.open_point_in_time(index=family_index.name, keep_alive="1m")["id"]
+        pes: Any, proxy: ProxyThread, family_index: FamilyIndex) -> None:
+    pit = open_pit(pes, family_index.name)
     try:
-        page = pes.search(pit={"id": pit, "keep_alive": "1m"}, sort=["rank"], size=5).body
+        page = search(pes, pit={"id": pit, "keep_alive": "1m"}, sort=["rank"], size=5)
         assert page["neardup"]["groups"] == 5
         status, headers, _ = http(proxy.url + f"/{family_index.name}/_search?scroll=1m&size=2", "POST", b"{}",
                                   {"Content-Type": "application/json"})
@@ -517,7 +567,7 @@ def test_pit_with_from_size_is_collapsed_and_scroll_search_after_pass(
         assert status == 400 and error["error"]["type"] == "illegal_argument_exception"
         assert "scroll" in error["error"]["reason"]
     finally:
-        pes.close_point_in_time(id=pit)
+        close_pit(pes, pit)
 
 
 def test_query_string_search(proxy: ProxyThread, family_index: FamilyIndex) -> None:
@@ -544,14 +594,11 @@ def test_400_for_invalid_controls(proxy: ProxyThread, family_index: FamilyIndex)
     assert_es_error(raw, 400, "illegal_argument_exception", "neardup_threshold")
     status, _, raw = http(proxy.url + f"/{family_index.name}/_search", headers={"X-Neardup-Mode": "cosine"})
     assert_es_error(raw, 400, "illegal_argument_exception", "X-Neardup-Mode")
-    client = Elasticsearch(proxy.url)
+    client = proxy.client()
     try:
-        from elasticsearch import BadRequestError
-
-        with pytest.raises(BadRequestError) as caught:
-            client.perform_request("GET", f"/{family_index.name}/_search", params={"neardup": "sometimes"},
-                                   headers={"accept": "application/json"})
-        assert caught.value.error == "illegal_argument_exception"
+        with pytest.raises(Exception) as caught:   # elasticsearch.BadRequestError, opensearchpy.RequestError
+            request(client, "GET", f"/{family_index.name}/_search", {"neardup": "sometimes"})
+        assert caught.value.status_code == 400 and caught.value.error == "illegal_argument_exception"
     finally:
         client.close()
 
@@ -723,29 +770,30 @@ def test_access_log_counts_the_bytes_of_every_answer(proxy: ProxyThread, family_
     assert [f["http.response.body.bytes"] for f in logged] == [len(raw) for _, _, raw in answers]
 
 
-def test_large_bodies_stream_both_ways(pes: Elasticsearch, es: Elasticsearch, proxy: ProxyThread) -> None:
+def test_large_bodies_stream_both_ways(pes: Any, es: Any, es_url: str, proxy: ProxyThread) -> None:
     name = f"proxy-large-{time.time_ns()}"
     text = "lorem ipsum dolor sit amet " * 400       # ~11 KB a document
     try:
         operations = []
         for i in range(300):                          # a ~3.3 MB _bulk body (streamed upstream)
             operations += [{"index": {"_index": name, "_id": str(i)}}, {"t": text, "i": i}]
-        result = pes.bulk(operations=operations, refresh="wait_for")
+        result = pes.bulk(body=operations, refresh="wait_for")
         assert not result["errors"] and len(result["items"]) == 300
         assert es.count(index=name)["count"] == 300
         status, headers, raw = http(proxy.url + f"/{name}/_search?neardup=off&size=300&sort=i")
-        direct = http(es.transport.node_pool.get().base_url + f"/{name}/_search?size=300&sort=i")
+        direct = http(es_url + f"/{name}/_search?size=300&sort=i")
         assert status == 200 and len(raw) > 3_000_000
         assert without_took(raw) == without_took(direct[2])
     finally:
-        es.options(ignore_status=404).indices.delete(index=name)
+        delete_index(es, name)
 
 
 def test_expect_100_continue_is_handled_by_the_proxy(proxy: ProxyThread, es_url: str,
                                                      family_index: FamilyIndex) -> None:
     import subprocess
 
-    body = json.dumps({"query": {"match": {"body": "x " * 1500}}})   # curl sends Expect past 1 KB
+    # curl sends Expect past 1 KB; one long term (OpenSearch allows 1024 clauses to a query)
+    body = json.dumps({"query": {"term": {"family": "x" * 1500}}})
     for path in (f"/{family_index.name}/_search", f"/{family_index.name}/_count"):
         result = subprocess.run(
             ["curl", "-s", "-o", "-", "-w", "\n%{http_code}", "-H", "Expect: 100-continue",
@@ -754,3 +802,174 @@ def test_expect_100_continue_is_handled_by_the_proxy(proxy: ProxyThread, es_url:
         payload, _, code = result.stdout.rpartition("\n")
         assert code == "200", result.stdout[:300]
         assert "hits" in json.loads(payload) or "count" in json.loads(payload)
+
+
+# -- what differs by engine: the product header, OpenSearch's own features --------------------
+def test_the_proxys_own_errors_look_like_the_engines(proxy: ProxyThread, es_url: str, engine: ClusterInfo,
+                                                      family_index: FamilyIndex) -> None:
+    """An error the proxy writes itself (here an unknown ``neardup_*`` parameter) has the
+    engine's error shape and the headers the engine puts on its answers: Elasticsearch's
+    product header, none on OpenSearch (3.x: its version header instead)."""
+    path = f"/{family_index.name}/_search"
+    status, headers, raw = http(proxy.url + path + "?neardup_colour=red")
+    direct = http(es_url + path + "?colour=red")
+    assert status == direct[0] == 400
+    body, theirs = json.loads(raw), json.loads(direct[2])
+    assert list(body) == list(theirs) == ["error", "status"]
+    assert list(body["error"]) == list(theirs["error"]) == ["root_cause", "type", "reason"]
+    assert body["error"]["type"] == theirs["error"]["type"] == "illegal_argument_exception"
+    assert "neardup_colour" in body["error"]["reason"]
+    for name in ("x-elastic-product", "x-opensearch-version"):
+        assert headers.get(name) == direct[1].get(name), name
+    assert headers.get("x-elastic-product") == product_header(engine)
+    with pytest.raises(Exception) as caught:   # the engine's client reads it as its own error
+        request(proxy.client(), "GET", path, {"neardup_colour": "red"})
+    assert caught.value.status_code == 400 and caught.value.error == "illegal_argument_exception"
+
+
+def test_upstream_down_is_answered_in_the_engines_format(es_url: str, engine: ClusterInfo) -> None:
+    """The engine learned at start-up decides the format of the 502 when the upstream goes away."""
+    from tests.faultproxy import FaultProxy
+
+    with FaultProxy(es_url) as relay:
+        with ProxyThread(make_config(relay.url), engine=engine) as running:
+            assert http(running.url + "/_cluster/health")[0] == 200
+            relay.close()
+            status, headers, raw = http(running.url + "/_cluster/health")
+    assert status == 502 and headers["content-type"].startswith("application/json")
+    assert_es_error(raw, 502, "neardup_upstream_unreachable_exception", f"no {engine.engine} node could be reached")
+    assert headers.get("x-elastic-product") == product_header(engine)
+
+
+def test_pass_through_keeps_the_product_header_of_the_engine(proxy: ProxyThread, engine: ClusterInfo,
+                                                             family_index: FamilyIndex) -> None:
+    for path in ("/", f"/{family_index.name}/_search?size=2", f"/{family_index.name}/_count", "/no-such-index/_search"):
+        status, headers, _ = http(proxy.url + path)
+        assert status in (200, 404, 405), path
+        assert headers.get("x-elastic-product") == product_header(engine), path
+
+
+def test_point_in_time_apis_of_the_engine_pass_through(proxy: ProxyThread, es_url: str, engine: ClusterInfo,
+                                                       family_index: FamilyIndex) -> None:
+    """OpenSearch's point in time (``POST /<index>/_search/point_in_time``, ``GET
+    /_search/point_in_time/_all``, ``DELETE /_search/point_in_time``) and Elasticsearch's
+    (``POST /<index>/_pit``, ``DELETE /_pit``) through the proxy; a search on it is collapsed.
+    The other engine's paths get the engine's own answer."""
+    json_type = {"Content-Type": "application/json"}
+    opened, key, closed = ((f"/{family_index.name}/_search/point_in_time?keep_alive=1m", "pit_id",
+                            "/_search/point_in_time") if engine.is_opensearch else
+                           (f"/{family_index.name}/_pit?keep_alive=1m", "id", "/_pit"))
+    status, _, raw = http(proxy.url + opened, "POST")
+    assert status == 200
+    pit = json.loads(raw)[key]
+    try:
+        if engine.is_opensearch:
+            status, _, raw = http(proxy.url + "/_search/point_in_time/_all")
+            assert status == 200 and pit in [p["pit_id"] for p in json.loads(raw)["pits"]]
+        status, _, page = post_json(proxy.url + "/_search", {"pit": {"id": pit, "keep_alive": "1m"},
+                                                             "sort": ["rank"], "size": 5})
+        assert status == 200 and page["neardup"]["groups"] == 5 and page["pit_id"]
+        assert [h["_id"] for h in page["hits"]["hits"]] == \
+            [h["_id"] for h in search(proxy.client(), pit={"id": pit}, sort=["rank"], size=5)["hits"]["hits"]]
+    finally:
+        body = json.dumps({"pit_id": [pit]} if engine.is_opensearch else {"id": pit}).encode()
+        status, _, raw = http(proxy.url + closed, "DELETE", body, json_type)
+        assert status == 200, raw
+    other = ("/_pit" if engine.is_opensearch else "/_search/point_in_time/_all")
+    assert http(proxy.url + other)[:1] == http(es_url + other)[:1]
+
+
+def test_search_pipeline_and_phase_took_pass_through(proxy: ProxyThread, es_url: str, engine: ClusterInfo,
+                                                     family_index: FamilyIndex) -> None:
+    """OpenSearch's ``search_pipeline`` and ``phase_took`` parameters reach it on a collapsed
+    search; Elasticsearch refuses them, through the proxy with the same bytes as directly."""
+    path = f"/{family_index.name}/_search?sort=rank&size=6"
+    query = "&search_pipeline=_none&phase_took=true"
+    status, headers, raw = http(proxy.url + path + query)
+    direct = http(es_url + path + query)
+    assert status == direct[0]
+    if not engine.is_opensearch:
+        assert status == 400 and raw == direct[2]
+        assert "phase_took" in json.loads(raw)["error"]["reason"]
+        return
+    body = json.loads(raw)
+    assert status == 200 and "neardup" in body and set(body["phase_took"]) >= {"query", "fetch"}
+    pipeline = f"neardup-test-{uuid.uuid4().hex[:8]}"
+    status, _, raw = http(es_url + f"/_search/pipeline/{pipeline}", "PUT", json.dumps(
+        {"request_processors": [{"filter_query": {"query": {"term": {"family": "f1"}}}}]}).encode(),
+        {"Content-Type": "application/json"})
+    assert status == 200, raw
+    try:
+        status, _, raw = http(proxy.url + path + f"&search_pipeline={pipeline}")
+        body = json.loads(raw)
+        assert status == 200 and body["neardup"]["groups"] == 1
+        assert {h["_id"] for h in shown_hits(body)} == {"s1", "s1-a", "s1-b"}
+    finally:
+        http(es_url + f"/_search/pipeline/{pipeline}", "DELETE")
+
+
+def shown_hits(response: dict) -> list[dict]:
+    return [hit for top in response["hits"]["hits"]
+            for hit in (top, *top["inner_hits"]["neardup"]["hits"]["hits"])]
+
+
+def test_ext_in_the_body_passes_through(proxy: ProxyThread, es_url: str, family_index: FamilyIndex) -> None:
+    """``ext`` reaches the engine in every round of a collapsed search; one the engine does not
+    know gets its own error, byte for byte."""
+    url = f"/{family_index.name}/_search"
+    status, _, body = post_json(proxy.url + url, {"ext": {}, "sort": ["rank"], "size": 4})
+    assert status == 200 and body["neardup"]["groups"] == 4
+    unknown = json.dumps({"ext": {"no_such_extension": {"x": 1}}, "size": 4}).encode()
+    proxied = http(proxy.url + url, "POST", unknown, {"Content-Type": "application/json"})
+    direct = http(es_url + url, "POST", unknown, {"Content-Type": "application/json"})
+    assert proxied[0] == direct[0] == 400 and proxied[2] == direct[2]
+
+
+def test_unparsable_requests_are_answered_in_the_engines_format(proxy: ProxyThread, engine: ClusterInfo) -> None:
+    """Bytes that are not HTTP never reach the application; aiohttp's answer to them has the
+    engine's error shape and headers all the same."""
+    host, port = proxy.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"GET /_search HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n")
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head = data.split(b"\r\n\r\n", 1)[0].decode("latin-1").lower()
+    assert head.split("\r\n", 1)[0].split()[1] == "400" and "application/json" in head
+    assert ("x-elastic-product: elasticsearch" in head) == (not engine.is_opensearch)
+
+
+def test_push_down_to_native_collapse_on_the_engine(proxy: ProxyThread, es: Any, family_index: FamilyIndex) -> None:
+    """The engine's native ``collapse`` with ``inner_hits`` on stored cluster ids (README,
+    Clusters), here on an index whose ids are written by hand (each planted family one cluster,
+    every other document its own), so that it runs without ``neardup cluster``."""
+    name = f"proxy-test-native-{uuid.uuid4().hex[:8]}"
+    version = next(d["neardup"]["v"] for d in family_index.docs.values() if "sig" in d.get("neardup", {}))
+    mappings = mapping()
+    mappings["properties"]["neardup"]["properties"]["cluster"] = {"type": "keyword"}
+    mappings["_meta"] = {"neardup_clusters": {"state": "ready", "mode": "resemblance", "version": version,
+                                              "threshold": 0.8}}
+    create_index(es, name, mappings, {"number_of_shards": 2, "number_of_replicas": 0})
+    try:
+        def clustered(doc_id: str, doc: dict) -> dict:
+            family = doc["family"] if doc["family"] != "x" else doc_id
+            return {**doc, "neardup": {**doc.get("neardup", {}), "cluster": family}}
+
+        bulk(es, ({"_index": name, "_id": i, "_source": clustered(i, d)} for i, d in family_index.docs.items()),
+             refresh="wait_for")
+        for page in range(2):
+            answer = search(proxy.client(), name, sort=["rank"], from_=page * 6, size=6, source=["family"])
+            assert answer["neardup"]["pushdown"] is True and answer["neardup"]["groups"] == 6
+            for top in answer["hits"]["hits"]:
+                members = [top, *top["inner_hits"]["neardup"]["hits"]["hits"]]
+                assert {hit["_source"]["family"] for hit in members} == {top["_source"]["family"]}
+                family = [i for i, d in family_index.docs.items() if d["family"] == top["_source"]["family"]]
+                if top["_source"]["family"] == "x":   # each its own cluster
+                    family = [top["_id"]]
+                assert len(members) == len(family)
+                assert top["_id"] == min(family, key=lambda i: family_index.docs[i]["rank"])
+    finally:
+        delete_index(es, name)

@@ -14,10 +14,18 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch
 
 from tests.test_cluster_es import THRESHOLD, cluster, copy_index, documents
-from tests.test_proxy_support import ProxyThread, family_index, make_config, pes, proxy  # noqa: F401 - fixtures
+from tests.test_proxy_support import (  # noqa: F401 - fixtures
+    ProxyThread,
+    delete_index,
+    family_index,
+    make_config,
+    msearch,
+    pes,
+    proxy,
+    search,
+)
 
 pytestmark = [pytest.mark.es, pytest.mark.slow]
 
@@ -25,7 +33,7 @@ QUERY = {"match": {"body": "oil prices"}}
 
 
 @pytest.fixture(scope="module")
-def clustered(es: Elasticsearch, es_url: str, reuters_index: str) -> Iterator[tuple[str, dict[str, str]]]:
+def clustered(es: Any, es_url: str, reuters_index: str) -> Iterator[tuple[str, dict[str, str]]]:
     """A clustered copy of the enriched Reuters index, and each document's stored cluster id."""
     name = copy_index(es, reuters_index, f"cluster-pushdown-{uuid.uuid4().hex[:8]}")
     try:
@@ -33,28 +41,28 @@ def clustered(es: Elasticsearch, es_url: str, reuters_index: str) -> Iterator[tu
         assert summary["failed"] == 0 and summary["clusters"] > 300
         # the cluster ids were written as updates: merge the deleted versions away now, so that
         # scores (document counts) do not change between the requests of a test
-        es.options(request_timeout=300).indices.forcemerge(index=name, max_num_segments=1)
+        es.indices.forcemerge(index=name, max_num_segments=1)
         es.indices.refresh(index=name)
         yield name, {key: doc["cluster"] for key, doc in documents(es, name).items()}
     finally:
-        es.options(ignore_status=404).indices.delete(index=name)
+        delete_index(es, name)
 
 
-def group_sizes(es: Elasticsearch, index: str, query: dict[str, Any]) -> dict[str, int]:
+def group_sizes(es: Any, index: str, query: dict[str, Any]) -> dict[str, int]:
     """Cluster id -> how many documents matching ``query`` hold it (Elasticsearch's count)."""
-    buckets = es.search(index=index, size=0, query=query, aggs={"g": {"terms": {
+    buckets = search(es, index=index, size=0, query=query, aggs={"g": {"terms": {
         "field": "neardup.cluster", "size": 20000}}})["aggregations"]["g"]["buckets"]
     return {b["key"]: b["doc_count"] for b in buckets}
 
 
-def cardinality(es: Elasticsearch, index: str, query: dict[str, Any]) -> int:
-    return es.search(index=index, size=0, query=query, aggs={"g": {"cardinality": {
+def cardinality(es: Any, index: str, query: dict[str, Any]) -> int:
+    return search(es, index=index, size=0, query=query, aggs={"g": {"cardinality": {
         "field": "neardup.cluster", "precision_threshold": 40000}}})["aggregations"]["g"]["value"]
 
 
-def best_scores(es: Elasticsearch, index: str, query: dict[str, Any], clusters: dict[str, str]) -> list[float]:
+def best_scores(es: Any, index: str, query: dict[str, Any], clusters: dict[str, str]) -> list[float]:
     """The best score of each group among the matching documents, best first."""
-    hits = es.search(index=index, query=query, size=10000, source=False)["hits"]["hits"]
+    hits = search(es, index=index, query=query, size=10000, source=False)["hits"]["hits"]
     best: dict[str, float] = {}
     for hit in hits:
         group = clusters[hit["_id"]]
@@ -73,7 +81,7 @@ def test_twenty_pages_are_the_groups_the_stored_cluster_ids_say(es, pes, cluster
     kept_scores: list[float] = []
     folded = 0
     for page in range(20):
-        response = pes.search(index=index, query=QUERY, from_=page * 10, size=10, source=["title"]).body
+        response = search(pes, index=index, query=QUERY, from_=page * 10, size=10, source=["title"])
         summary = response["neardup"]
         assert summary["pushdown"] is True and summary["groups_total"] == total_groups
         assert summary["threshold"] == THRESHOLD and summary["groups"] == 10
@@ -105,16 +113,16 @@ def test_twenty_pages_are_the_groups_the_stored_cluster_ids_say(es, pes, cluster
 
 def test_source_params_sort_and_filter_path_give_exactly_what_was_asked(es, pes, clustered):
     index, clusters = clustered
-    response = pes.search(index=index, query=QUERY, size=5, from_=3, sort=[{"id.keyword": "desc"}],
+    response = search(pes, index=index, query=QUERY, size=5, from_=3, sort=[{"id.keyword": "desc"}],
                           source_includes=["title"], filter_path=["hits.hits._id", "hits.hits._source",
                                                                   "hits.hits.inner_hits.neardup.hits.hits._id",
                                                                   "hits.hits.inner_hits.neardup.hits.hits._source",
-                                                                  "neardup"]).body
+                                                                  "neardup"])
     assert set(response) == {"hits", "neardup"} and response["neardup"]["pushdown"] is True
     hits = response["hits"]["hits"]
     assert len(hits) == 5
     # the same groups native collapse gives, in the client's sort order
-    direct = es.search(index=index, query=QUERY, size=5, from_=3, sort=[{"id.keyword": "desc"}],
+    direct = search(es, index=index, query=QUERY, size=5, from_=3, sort=[{"id.keyword": "desc"}],
                        collapse={"field": "neardup.cluster"}, source=False)["hits"]["hits"]
     assert [h["_id"] for h in hits] == [h["_id"] for h in direct]
     for hit in hits:
@@ -129,9 +137,9 @@ def test_source_params_sort_and_filter_path_give_exactly_what_was_asked(es, pes,
 
 def test_msearch_pushes_down_item_by_item(es, pes, clustered, family_index):
     index, _ = clustered
-    single = pes.search(index=index, query=QUERY, size=10, source=["title"]).body
-    answer = pes.msearch(searches=[{"index": index}, {"query": QUERY, "size": 10, "_source": ["title"]},
-                                   {"index": family_index.name}, {"query": {"match_all": {}}, "size": 10}]).body
+    single = search(pes, index=index, query=QUERY, size=10, source=["title"])
+    answer = msearch(pes, [{"index": index}, {"query": QUERY, "size": 10, "_source": ["title"]},
+                                   {"index": family_index.name}, {"query": {"match_all": {}}, "size": 10}])
     pushed, windowed = answer["responses"]
     assert pushed["neardup"]["pushdown"] is True and windowed["neardup"]["pushdown"] is False
     assert [h["_id"] for h in pushed["hits"]["hits"]] == [h["_id"] for h in single["hits"]["hits"]]
@@ -142,30 +150,30 @@ def test_msearch_pushes_down_item_by_item(es, pes, clustered, family_index):
 def test_another_threshold_or_mode_collapses_the_window(es, pes, clustered):
     index, clusters = clustered
     for headers in ({"X-Neardup-Threshold": "0.85"}, {"X-Neardup-Mode": "containment"}):
-        response = pes.options(headers=headers).search(index=index, query=QUERY, size=10).body
+        response = search(pes, index=index, headers=headers, query=QUERY, size=10)
         summary = response["neardup"]
         assert summary["pushdown"] is False and "groups_total" not in summary
         assert summary["window"] >= 10 and len(response["hits"]["hits"]) == 10
         for hit in response["hits"]["hits"]:
             assert hit["fields"]["neardup.group"] == [f"{index}/{hit['_id']}"]  # the window path's key
-    off = pes.options(headers={"X-Neardup": "off"}).search(index=index, query=QUERY, size=10).body
+    off = search(pes, index=index, headers={"X-Neardup": "off"}, query=QUERY, size=10)
     assert "neardup" not in off and all("inner_hits" not in h for h in off["hits"]["hits"])
 
 
-def test_a_document_without_a_cluster_id_turns_push_down_off(es, es_url, clustered):
+def test_a_document_without_a_cluster_id_turns_push_down_off(es, es_url, engine, clustered):
     """Checked on a fresh proxy (the facts are cached for 5 s): one document without a cluster id
     sends searches back to window collapsing, until `neardup cluster --incremental` places it."""
     index, clusters = clustered
     doc_id = next(iter(clusters))
     source = es.get(index=index, id=doc_id)["_source"]
     try:
-        es.update(index=index, id=doc_id, doc={"neardup": {"cluster": None, "bands": None}}, refresh=True)
-        with ProxyThread(make_config(es_url)) as running, running.client() as client:
-            assert client.search(index=index, query=QUERY, size=5).body["neardup"]["pushdown"] is False
+        es.update(index=index, id=doc_id, body={"doc": {"neardup": {"cluster": None, "bands": None}}}, refresh=True)
+        with ProxyThread(make_config(es_url), engine=engine) as running, running.client() as client:
+            assert search(client, index=index, query=QUERY, size=5)["neardup"]["pushdown"] is False
         summary = cluster(es_url, index, "--incremental")
         assert summary["new_documents"] == 1 and summary["failed"] == 0
         assert es.get(index=index, id=doc_id)["_source"]["neardup"]["cluster"] == clusters[doc_id]
-        with ProxyThread(make_config(es_url)) as running, running.client() as client:
-            assert client.search(index=index, query=QUERY, size=5).body["neardup"]["pushdown"] is True
+        with ProxyThread(make_config(es_url), engine=engine) as running, running.client() as client:
+            assert search(client, index=index, query=QUERY, size=5)["neardup"]["pushdown"] is True
     finally:
-        es.index(index=index, id=doc_id, document=source, refresh=True)
+        es.index(index=index, id=doc_id, body=source, refresh=True)

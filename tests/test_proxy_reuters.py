@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from elasticsearch import Elasticsearch, helpers
 
 from neardup.fingerprint import Fingerprint, Fingerprinter, FingerprintParams, exact_resemblance, similar_pairs
-from tests.test_proxy_support import pes, proxy  # noqa: F401 - fixtures
+from neardup.upstream import ClusterInfo
+from tests.test_proxy_support import msearch, pes, proxy, scan, search  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.es, pytest.mark.slow]
 
@@ -25,13 +25,13 @@ INSIDE, OUTSIDE = 0.9, 0.7
 
 
 class Reuters:
-    def __init__(self, es: Elasticsearch, index: str, docs: list[dict[str, Any]]) -> None:
+    def __init__(self, es: Any, index: str, docs: list[dict[str, Any]]) -> None:
         self.index = index
         self.docs = {d["id"]: d for d in docs}
         self.fp = Fingerprinter(FingerprintParams())
         self._shingles: dict[str, np.ndarray] = {}
         ids, sigs, counts = [], [], []
-        for hit in helpers.scan(es, index=index, _source=["neardup"], size=2000):
+        for hit in scan(es, index=index, _source=["neardup"], size=2000):
             stored = hit["_source"].get("neardup")
             if stored:
                 f = Fingerprint.from_source(stored)
@@ -53,7 +53,7 @@ class Reuters:
 
 
 @pytest.fixture(scope="module")
-def reuters(es: Elasticsearch, reuters_index: str, reuters_docs: list[dict[str, Any]]) -> Iterator[Reuters]:
+def reuters(es: Any, reuters_index: str, reuters_docs: list[dict[str, Any]]) -> Iterator[Reuters]:
     yield Reuters(es, reuters_index, reuters_docs)
 
 
@@ -81,11 +81,11 @@ def test_reuters_holds_known_near_duplicates(reuters: Reuters) -> None:
     assert len(confirmed) >= 50
 
 
-def test_pages_of_real_queries_are_collapsed_as_exact_similarity_says(pes: Elasticsearch, reuters: Reuters) -> None:
+def test_pages_of_real_queries_are_collapsed_as_exact_similarity_says(pes: Any, reuters: Reuters) -> None:
     checked_pairs = 0
     for text, a, b in queries_with_known_duplicates(reuters, 6):
         query = {"match": {"title": text}}
-        first = pes.search(index=reuters.index, query=query, size=10).body
+        first = search(pes, index=reuters.index, query=query, size=10)
         total = first["hits"]["total"]["value"]
         window = first["neardup"]["window"]
         tops = [h["_id"] for h in first["hits"]["hits"]]
@@ -106,13 +106,13 @@ def test_pages_of_real_queries_are_collapsed_as_exact_similarity_says(pes: Elast
     assert checked_pairs >= 3
 
 
-def test_five_pages_never_repeat_a_document_or_a_near_duplicate(pes: Elasticsearch, reuters: Reuters) -> None:
+def test_five_pages_never_repeat_a_document_or_a_near_duplicate(pes: Any, reuters: Reuters) -> None:
     text, _, _ = queries_with_known_duplicates(reuters, 1)[0]
     query = {"bool": {"should": [{"match": {"title": text}}, {"match": {"body": text}}]}}
     seen: list[str] = []
     collapsed = 0
     for page in range(5):
-        response = pes.search(index=reuters.index, query=query, from_=page * 10, size=10).body
+        response = search(pes, index=reuters.index, query=query, from_=page * 10, size=10)
         assert len(response["hits"]["hits"]) == 10 and response["neardup"]["complete"]
         collapsed += response["neardup"]["collapsed"]
         shown = [doc for top in response["hits"]["hits"] for doc in members_of(top)]
@@ -124,18 +124,18 @@ def test_five_pages_never_repeat_a_document_or_a_near_duplicate(pes: Elasticsear
     assert collapsed > 0, "the query was chosen for its near-duplicates"
 
 
-def test_msearch_on_reuters_equals_single_searches(pes: Elasticsearch, reuters: Reuters) -> None:
+def test_msearch_on_reuters_equals_single_searches(pes: Any, reuters: Reuters) -> None:
     searches = [{"query": {"match": {"title": t}}, "size": 10, "_source": ["title"]}
                 for t, _, _ in queries_with_known_duplicates(reuters, 3)]
-    multi = pes.msearch(searches=list(itertools.chain.from_iterable(
-        ({"index": reuters.index}, s) for s in searches))).body
+    multi = msearch(pes, list(itertools.chain.from_iterable(
+        ({"index": reuters.index}, s) for s in searches)))
     for single, item in zip(searches, multi["responses"]):
-        alone = pes.search(index=reuters.index, **single).body
+        alone = search(pes, index=reuters.index, **single)
         assert [members_of(h) for h in item["hits"]["hits"]] == [members_of(h) for h in alone["hits"]["hits"]]
 
 
 # -- an idle worker fetches a large first window as two concurrent halves -----------------------
-def _fetches(es: Elasticsearch, index: str) -> int:
+def _fetches(es: Any, index: str) -> int:
     """Fetch phases run on the index (a ``_count`` the proxy may send has none)."""
     return es.indices.stats(index=index, metric="search")["_all"]["primaries"]["search"]["fetch_total"]
 
@@ -145,7 +145,7 @@ def _without_took(response: dict) -> dict:
 
 
 def test_a_split_first_window_gives_the_same_pages_as_one_request(
-        es: Elasticsearch, es_url: str, pes: Elasticsearch, reuters: Reuters) -> None:
+        es: Any, es_url: str, engine: ClusterInfo, pes: Any, reuters: Reuters) -> None:
     """``proxy.split_fetch_min_hits`` (default 40): the halves are two upstream searches (more
     fetch phases in Elasticsearch's own search statistics), and the page, groups, totals and aggregations are
     exactly those of the same search fetched in one request."""
@@ -155,15 +155,15 @@ def test_a_split_first_window_gives_the_same_pages_as_one_request(
     searches = [dict(query={"match": {"body": t}}, size=100, aggs={"longest": {"max": {"field": "neardup.n"}}})
                 for t in texts] + [dict(query={"match": {"body": texts[0]}}, from_=30, size=30),
                                    dict(query={"match": {"title": texts[1]}}, size=40, source=["title"])]
-    with ProxyThread(make_config(es_url, proxy={"split_fetch_min_hits": 0})) as whole:
+    with ProxyThread(make_config(es_url, proxy={"split_fetch_min_hits": 0}), engine=engine) as whole:
         one = whole.client()
         try:
-            for search in searches:
+            for request in searches:
                 before = _fetches(es, reuters.index)
-                split = pes.search(index=reuters.index, **search).body
+                split = search(pes, index=reuters.index, **request)
                 split_fetches = _fetches(es, reuters.index) - before
                 before = _fetches(es, reuters.index)
-                single = one.search(index=reuters.index, **search).body
+                single = search(one, index=reuters.index, **request)
                 single_fetches = _fetches(es, reuters.index) - before
                 # Fetch phases count per shard that holds page hits: the halves add at least one.
                 assert split_fetches > single_fetches, "the first window came as two halves"
@@ -173,21 +173,21 @@ def test_a_split_first_window_gives_the_same_pages_as_one_request(
             one.close()
 
 
-def test_small_windows_are_never_split(es: Elasticsearch, es_url: str, pes: Elasticsearch,
+def test_small_windows_are_never_split(es: Any, es_url: str, engine: ClusterInfo, pes: Any,
                                       reuters: Reuters) -> None:
     text = queries_with_known_duplicates(reuters, 1)[0][0]
     from tests.test_proxy_support import ProxyThread, make_config
 
     query = {"match": {"body": text}}
-    with ProxyThread(make_config(es_url, proxy={"split_fetch_min_hits": 0})) as whole:
+    with ProxyThread(make_config(es_url, proxy={"split_fetch_min_hits": 0}), engine=engine) as whole:
         one = whole.client()
         try:
             for size in (10, 30):   # windows of 13 and 36 hits: below 40
                 before = _fetches(es, reuters.index)
-                page = pes.search(index=reuters.index, query=query, size=size).body
+                page = search(pes, index=reuters.index, query=query, size=size)
                 split_fetches = _fetches(es, reuters.index) - before
                 before = _fetches(es, reuters.index)
-                one.search(index=reuters.index, query=query, size=size)
+                search(one, index=reuters.index, query=query, size=size)
                 assert split_fetches == _fetches(es, reuters.index) - before and page["neardup"]["complete"]
         finally:
             one.close()

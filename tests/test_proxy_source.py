@@ -13,14 +13,23 @@ from typing import Any
 
 import numpy as np
 import pytest
-from elasticsearch import Elasticsearch, helpers
 
 from neardup.corpora import reuters_documents
 from neardup.fingerprint import Fingerprinter, FingerprintParams, exact_containment
 from neardup.fingerprint.bloom import BloomParams
 from neardup.proxy.handlers.source_check import CONTAINS_FIELD, contained_shares, hit_text, page_bloom_params, page_positions
 from tests.test_proxy import assert_es_error, http, post_json, strip_ours
-from tests.test_proxy_support import ProxyThread, mapping, pes, proxy  # noqa: F401 - fixtures
+from tests.test_proxy_support import (  # noqa: F401 - fixtures
+    ProxyThread,
+    bulk,
+    create_index,
+    delete_index,
+    mapping,
+    pes,
+    proxy,
+    request,
+    search,
+)
 
 MIN_SHARE = 0.05   # copies.min_share (default)
 
@@ -87,7 +96,7 @@ def _fragment_copy(fp: Fingerprinter, source: dict[str, str], host: dict[str, st
 
 
 @pytest.fixture(scope="module")
-def source_index(es: Elasticsearch) -> Iterator[dict[str, Any]]:
+def source_index(es: Any) -> Iterator[dict[str, Any]]:
     fp = Fingerprinter(FingerprintParams())
     stories = [d for d in itertools.islice((d for d in reuters_documents(with_body_only=True)
                                             if len(d["body"].split()) >= 300), 16)]
@@ -103,10 +112,10 @@ def source_index(es: Elasticsearch) -> Iterator[dict[str, Any]]:
     exact = {i: exact_containment(source, fp.shingles(fp.canonical_tokens(f"{d['title']}\n{d['body']}")))
              for i, d in docs.items()}
     name = f"proxy-source-{uuid.uuid4().hex[:10]}"
-    es.indices.create(index=name, mappings=mapping(), settings={"number_of_shards": 1, "number_of_replicas": 0})
-    helpers.bulk(es, ({"_index": name, "_id": i, "_source": d} for i, d in docs.items()), refresh="wait_for")
+    create_index(es, name, mapping(), {"number_of_shards": 1, "number_of_replicas": 0})
+    bulk(es, ({"_index": name, "_id": i, "_source": d} for i, d in docs.items()), refresh="wait_for")
     yield {"name": name, "share": share, "exact": exact}
-    es.options(ignore_status=404).indices.delete(index=name)
+    delete_index(es, name)
 
 
 def marked(response: dict) -> dict[str, float]:
@@ -148,14 +157,12 @@ def test_the_planted_copy_is_marked_with_its_share(proxy: ProxyThread, source_in
     {"_source": False, "fields": ["title"]},
     {"_source": {"excludes": ["body", "neardup"]}},
 ])
-def test_the_client_gets_exactly_the_fields_it_asked_for(pes: Elasticsearch, es: Elasticsearch,
+def test_the_client_gets_exactly_the_fields_it_asked_for(pes: Any, es: Any,
                                                          source_index: dict, body: dict) -> None:
     name = source_index["name"]
-    request = {"sort": ["rank"], "size": 10, **body}
-    proxied = pes.perform_request("POST", f"/{name}/_search", params={"neardup_source": "r0"},
-                                  headers={"content-type": "application/json", "accept": "application/json"},
-                                  body=request).body
-    direct = {h["_id"]: h for h in es.search(index=name, **{**request, "size": 30}).body["hits"]["hits"]}
+    wanted = {"sort": ["rank"], "size": 10, **body}
+    proxied = request(pes, "POST", f"/{name}/_search", {"neardup_source": "r0"}, wanted)
+    direct = {h["_id"]: h for h in search(es, index=name, **{**wanted, "size": 30})["hits"]["hits"]}
     assert marked(proxied) == {"copier": round(source_index["share"], 4)}
     for top in proxied["hits"]["hits"]:
         for hit in [top, *top["inner_hits"]["neardup"]["hits"]["hits"]]:

@@ -5,6 +5,10 @@
 * ``family_index``: a small index of real Reuters stories plus edited copies of some of them
   (known near-duplicates), fingerprinted with the fingerprint package and bulk-loaded with the
   official client; documents carry ``rank`` so a ``sort`` on it gives a fixed order.
+* Calls both official clients take (elasticsearch-py and opensearch-py, :func:`search`,
+  :func:`msearch`, :func:`create_index`, :func:`bulk`, :func:`delete_index`, :func:`request`):
+  the tests run on every engine with the engine's own client (the ``es`` fixture) and the same
+  client pointed at the proxy (``pes``).
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from typing import Any
 import numpy as np
 import pytest
 from aiohttp import web
-from elasticsearch import Elasticsearch, helpers
+from elasticsearch import Elasticsearch
+from elasticsearch import helpers as es_helpers
 
 from neardup.config import Config
 from neardup.corpora import reuters_documents
@@ -35,6 +40,8 @@ from neardup.fingerprint import (
 from neardup.proxy.app import create_app
 from neardup.proxy.grouping.collapse import Algorithms
 from neardup.proxy.server import ProxyRunner
+from neardup.upstream import ClusterInfo
+from tests.plugins.elasticsearch import engine_client
 
 
 def make_config(es_url: str, **sections: dict[str, Any]) -> Config:
@@ -45,12 +52,120 @@ def make_config(es_url: str, **sections: dict[str, Any]) -> Config:
     return Config.model_validate(data)
 
 
-class ProxyThread:
-    """The proxy app on ``127.0.0.1:<free port>`` in a background thread."""
+def is_opensearch_client(client: Any) -> bool:
+    return type(client).__module__.startswith("opensearchpy")
 
-    def __init__(self, config: Config, algorithms: Algorithms | None = None) -> None:
+
+def _param(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def request(client: Any, method: str, path: str, params: dict[str, Any] | None = None,
+            body: Any = None, headers: dict[str, str] | None = None) -> Any:
+    """One request through the client's own transport (JSON body, extra ``headers``), its
+    decoded answer; raises the client's own error on a status of 400 or more."""
+    query = {name: _param(value) for name, value in (params or {}).items()}
+    if is_opensearch_client(client):
+        return client.transport.perform_request(method, path, params=query, body=body, headers=headers)
+    sent = {"accept": "application/json", **(headers or {})}
+    if body is not None:
+        sent["content-type"] = "application/json"
+    return client.perform_request(method, path, params=query, headers=sent, body=body).body
+
+
+#: Keyword arguments of :func:`search` that go into the query string (the rest is the body).
+SEARCH_PARAMS = frozenset({"typed_keys", "rest_total_hits_as_int", "filter_path", "scroll",
+                           "source_includes", "source_excludes", "search_pipeline", "phase_took",
+                           "request_cache", "preference", "routing", "search_type", "pretty"})
+
+
+def search(client: Any, index: str | None = None, headers: dict[str, str] | None = None,
+           **request_: Any) -> dict[str, Any]:
+    """``POST [/<index>]/_search`` as elasticsearch-py's ``search`` sends it: keywords of
+    :data:`SEARCH_PARAMS` as parameters (``source_includes`` is ``_source_includes``), the
+    others as the body (``from_`` is ``from``, ``source`` is ``_source``)."""
+    params = {("_" + name if name.startswith("source") else name): request_.pop(name)
+              for name in list(request_) if name in SEARCH_PARAMS}
+    renamed = {"from_": "from", "source": "_source"}
+    body = {renamed.get(name, name): value for name, value in request_.items()}
+    return dict(request(client, "POST", f"/{index}/_search" if index else "/_search", params, body, headers))
+
+
+def msearch(client: Any, searches: list[dict[str, Any]], index: str | None = None) -> dict[str, Any]:
+    """``_msearch`` of (header, body) pairs given as one flat list, as the clients take them."""
+    return dict(client.msearch(body=searches, index=index))
+
+
+def create_index(client: Any, name: str, mappings: dict[str, Any] | None = None,
+                 settings: dict[str, Any] | None = None) -> None:
+    body: dict[str, Any] = {"settings": settings or {"number_of_replicas": 0}}
+    if mappings is not None:
+        body["mappings"] = mappings
+    client.indices.create(index=name, body=body)
+
+
+def bulk(client: Any, actions: Any, **options: Any) -> tuple[int, Any]:
+    """The bulk helper of the client's own library."""
+    if is_opensearch_client(client):
+        from opensearchpy import helpers as os_helpers
+        return os_helpers.bulk(client, actions, **options)
+    return es_helpers.bulk(client, actions, **options)
+
+
+def scan(client: Any, **options: Any) -> Any:
+    """The scan helper of the client's own library."""
+    if is_opensearch_client(client):
+        from opensearchpy import helpers as os_helpers
+        return os_helpers.scan(client, **options)
+    return es_helpers.scan(client, **options)
+
+
+def delete_index(client: Any, name: str) -> None:
+    """Delete ``name`` if it exists."""
+    client.indices.delete(index=name, ignore_unavailable=True)
+
+
+def open_pit(client: Any, index: str, keep_alive: str = "1m") -> str:
+    """A point in time on ``index``: Elasticsearch's ``_pit``, OpenSearch's ``_search/point_in_time``."""
+    if is_opensearch_client(client):
+        return str(client.create_pit(index=index, keep_alive=keep_alive)["pit_id"])
+    return str(client.open_point_in_time(index=index, keep_alive=keep_alive)["id"])
+
+
+def close_pit(client: Any, pit: str) -> bool:
+    """Close a point in time; whether the engine says it did."""
+    if is_opensearch_client(client):
+        return bool(client.delete_pit(body={"pit_id": [pit]})["pits"][0]["successful"])
+    return bool(client.close_point_in_time(id=pit)["succeeded"])
+
+
+def async_engine_client(url: str, engine: ClusterInfo, **options: Any) -> Any:
+    """The engine's official asyncio client for ``url``."""
+    if engine.is_opensearch:
+        from opensearchpy import AsyncOpenSearch
+        return AsyncOpenSearch(url, timeout=options.pop("request_timeout", 30), **options)
+    from elasticsearch import AsyncElasticsearch
+    return AsyncElasticsearch(url, request_timeout=options.pop("request_timeout", 30), **options)
+
+
+def product_header(engine: ClusterInfo) -> str | None:
+    """The ``X-elastic-product`` value the engine sends on its answers (OpenSearch: none)."""
+    return None if engine.is_opensearch else "Elasticsearch"
+
+
+class ProxyThread:
+    """The proxy app on ``127.0.0.1:<free port>`` in a background thread; :meth:`client` is the
+    official client of ``engine`` (Elasticsearch's when not given) pointed at it."""
+
+    def __init__(self, config: Config, algorithms: Algorithms | None = None,
+                 engine: ClusterInfo | None = None) -> None:
         self.config = config
         self.algorithms = algorithms
+        self.engine = engine
         self.url = ""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -95,8 +210,10 @@ class ProxyThread:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(30)
 
-    def client(self, **options: Any) -> Elasticsearch:
+    def client(self, **options: Any) -> Any:
         options.setdefault("request_timeout", 30)
+        if self.engine is not None:
+            return engine_client(self.url, self.engine, **options)
         return Elasticsearch(self.url, **options)
 
     @property
@@ -144,7 +261,7 @@ class FamilyIndex:
         return list(groups.values())
 
 
-def build_family_index(es: Elasticsearch, stories: int = 48, families: int = 12,
+def build_family_index(es: Any, stories: int = 48, families: int = 12,
                        params: FingerprintParams | None = None) -> FamilyIndex:
     """Index ``stories`` real stories; ``families`` of them get two edited copies each.
 
@@ -183,29 +300,27 @@ def build_family_index(es: Elasticsearch, stories: int = 48, families: int = 12,
                         "rank": n + k, "topics": [], "family": "x", **extra}
         order.append(doc_id)
     name = f"proxy-test-{uuid.uuid4().hex[:10]}"
-    es.indices.create(index=name, mappings=mapping(),
-                      settings={"number_of_shards": 2, "number_of_replicas": 0})
-    helpers.bulk(es, ({"_index": name, "_id": i, "_source": d} for i, d in docs.items()),
-                 refresh="wait_for")
+    create_index(es, name, mapping(), {"number_of_shards": 2, "number_of_replicas": 0})
+    bulk(es, ({"_index": name, "_id": i, "_source": d} for i, d in docs.items()), refresh="wait_for")
     return FamilyIndex(name, docs, order, shingles, fp)
 
 
 @pytest.fixture(scope="session")
-def family_index(es: Elasticsearch) -> Iterator[FamilyIndex]:
+def family_index(es: Any) -> Iterator[FamilyIndex]:
     index = build_family_index(es)
     yield index
-    es.options(ignore_status=404).indices.delete(index=index.name)
+    delete_index(es, index.name)
 
 
 @pytest.fixture(scope="session")
-def proxy(es_url: str) -> Iterator[ProxyThread]:
-    with ProxyThread(make_config(es_url)) as running:
+def proxy(es_url: str, engine: ClusterInfo) -> Iterator[ProxyThread]:
+    with ProxyThread(make_config(es_url), engine=engine) as running:
         yield running
 
 
 @pytest.fixture(scope="session")
-def pes(proxy: ProxyThread) -> Iterator[Elasticsearch]:
-    """The official sync client pointed at the proxy."""
+def pes(proxy: ProxyThread) -> Iterator[Any]:
+    """The engine's official sync client pointed at the proxy."""
     client = proxy.client()
     yield client
     client.close()

@@ -377,3 +377,40 @@ def test_gzip_is_accepted_as_elasticsearch_decides(accept_encoding: str | None, 
 def test_from_and_size_are_read_as_elasticsearch_reads_them(body: dict, query: str, start: int, size: int) -> None:
     planned = plan({"query": {"match_all": {}}, **body}, query)
     assert isinstance(planned, Plan) and (planned.start, planned.size) == (start, size)
+
+
+# -- what differs by engine -------------------------------------------------------------------
+def test_filter_path_exclusions_drop_empty_values_on_opensearch() -> None:
+    """As the engines filter ``{"a": {}, "b": [], "c": 1, "d": {"e": [], "f": {}}}`` (checked
+    on Elasticsearch 9.5 and OpenSearch 3.8): an exclusion that reaches an empty object or array
+    keeps it on Elasticsearch and drops it on OpenSearch; one that stops above it keeps it on both."""
+    doc = {"a": {}, "b": [], "c": 1, "d": {"e": [], "f": {}}}
+    for drop_empty, deep in ((False, {"a": {}, "b": [], "c": 1, "d": {"e": [], "f": {}}}), (True, {"c": 1})):
+        spec = filter_path.parse("-**.zz", drop_empty=drop_empty)
+        assert spec is not None and spec.apply(doc) == deep
+        spec = filter_path.parse("-zz", drop_empty=drop_empty)
+        assert spec is not None and spec.apply(doc) == doc
+        spec = filter_path.parse("b,a", drop_empty=drop_empty)   # inclusions keep what matched whole
+        assert spec is not None and spec.apply(doc) == {"a": {}, "b": []}
+
+
+def test_the_engine_is_learned_from_its_answers() -> None:
+    from neardup.proxy.transport.engine import Engine
+    from neardup.proxy.transport.errors import error_response, rejected
+
+    engine = Engine()
+    assert not engine.known and engine.answer_headers() == {"X-elastic-product": "Elasticsearch"}
+    assert rejected(1, engine).type == "es_rejected_execution_exception" and engine.reads_compatible_with
+    engine.note_headers(CIMultiDict({"X-OpenSearch-Version": "OpenSearch/3.8.0 (opensearch)"}))
+    assert engine.known and engine.is_opensearch and not engine.reads_compatible_with
+    assert engine.answer_headers() == {"X-OpenSearch-Version": "OpenSearch/3.8.0 (opensearch)"}
+    assert rejected(1, engine).type == "rejected_execution_exception"
+    response = error_response(rejected(1, engine), engine=engine)
+    assert "X-elastic-product" not in response.headers
+    older = Engine()
+    assert older.note_root({"version": {"distribution": "opensearch", "number": "2.19.6"}})
+    assert older.is_opensearch and older.answer_headers() == {}
+    assert not Engine().note_root({"error": "no"})
+    elastic = Engine()
+    elastic.note_headers(CIMultiDict({"X-elastic-product": "Elasticsearch"}))
+    assert elastic.known and not elastic.is_opensearch

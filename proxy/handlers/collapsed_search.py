@@ -74,7 +74,7 @@ async def search(state: ProxyState, request: web.Request, raw_path: str, query: 
         body = _parse_search_body(incoming.body, params)
     except ValueError:
         return await exchange.pass_through(incoming, "unparsable_body")  # Elasticsearch explains
-    plan = plan_search(body, params, settings, state.config.collapse.max_window)
+    plan = plan_search(body, params, settings, state.config.collapse.max_window, state.upstream.engine.is_opensearch)
     if isinstance(plan, Skip):
         if settings.forced and plan.reason in _REFUSED_WHEN_FORCED:
             raise errors.illegal_argument(_REFUSED_WHEN_FORCED[plan.reason] + " [neardup=on]")
@@ -208,7 +208,8 @@ async def msearch(state: ProxyState, request: web.Request, raw_path: str, query:
     if any(has_invalid_escape(raw) for _, _, raw in params):
         return await exchange.pass_through(incoming, "invalid_parameter")
     try:
-        client_filter = filter_path.parse(next((v for n, v, _ in params if n == "filter_path"), ""))
+        client_filter = filter_path.parse(next((v for n, v, _ in params if n == "filter_path"), ""),
+                                          drop_empty=state.upstream.engine.is_opensearch)
     except filter_path.UnsupportedFilterPath:
         return await exchange.pass_through(incoming, "unsupported_filter_path")
     try:
@@ -246,7 +247,8 @@ def _parse_msearch(body: bytes, params: list[tuple[str, str, str]], controls: Co
         settings = resolve(controls, state.config.collapse, index, state.config.tfidf.threshold)
         plan = None
         if settings.enabled:
-            planned = plan_search(search_body, item_params, settings, state.config.collapse.max_window)
+            planned = plan_search(search_body, item_params, settings, state.config.collapse.max_window,
+                                  state.upstream.engine.is_opensearch)
             if isinstance(planned, Plan) and planned.filter is None:
                 plan = planned
         item = Item(lines[k].rstrip(b"\r") or b"{}", lines[k + 1], plan, index=index, header_names=tuple(header))
@@ -265,7 +267,7 @@ async def _collapse_many(state: ProxyState, incoming: Incoming, items: list[Item
                          client_filter: filter_path.FilterPath | None) -> web.StreamResponse:
     request = incoming.request
     content_type = request.headers.get("Content-Type") or \
-        framing.ndjson_content_type_for(request.headers.get("Accept"))
+        framing.ndjson_content_type_for(request.headers.get("Accept"), state.upstream.engine.reads_compatible_with)
     headers = exchange.upstream_headers(request, content_type)
     upstream_query = "&".join(raw for name, _, raw in params if name != "filter_path")
     path_qs = incoming.raw_path + ("?" + upstream_query if upstream_query else "")

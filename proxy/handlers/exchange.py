@@ -18,6 +18,7 @@ from aiohttp import web
 from neardup.proxy.handlers.context import OUTCOME, Incoming, ProxyState
 from neardup.proxy.handlers.forward import forward
 from neardup.proxy.transport import framing, jsonio
+from neardup.proxy.transport.engine import ENGINE
 
 log = logging.getLogger("neardup.proxy")
 
@@ -36,10 +37,12 @@ def upstream_headers(request: web.Request, content_type: str) -> list[tuple[str,
 
 def json_headers(request: web.Request) -> list[tuple[str, str]]:
     """:func:`upstream_headers` for a JSON search body: the client's JSON ``Content-Type``, else
-    one matching its ``Accept`` (Elasticsearch wants the same ``compatible-with`` on both)."""
+    one matching its ``Accept`` (Elasticsearch wants the same ``compatible-with`` on both;
+    OpenSearch reads none)."""
     content_type = request.headers.get("Content-Type")
     if content_type is None or not framing.is_json(content_type):
-        content_type = framing.json_content_type_for(request.headers.get("Accept"))
+        content_type = framing.json_content_type_for(request.headers.get("Accept"),
+                                                     request.app[ENGINE].reads_compatible_with)
     return upstream_headers(request, content_type)
 
 

@@ -12,7 +12,8 @@ Semantics (those of Elasticsearch's ``FilterPath``):
 * a field whose path matches an expression completely is kept whole, with everything below it;
 * arrays are transparent: their elements are filtered with the path of the array;
 * objects and arrays left empty by filtering are dropped, by an exclusion too (one that was
-  empty already stays there: it is written as it came); if nothing is left the result is ``{}``;
+  empty already stays there: it is written as it came; OpenSearch drops it too, ``drop_empty``);
+  if nothing is left the result is ``{}``;
 * an expression starting with ``-`` excludes what it matches; when there are both, exclusions are
   applied first and the inclusions to what remains.
 
@@ -42,22 +43,25 @@ class UnsupportedFilterPath(ValueError):
 class FilterPath:
     includes: tuple[tuple[str, ...], ...]
     excludes: tuple[tuple[str, ...], ...]
+    #: An exclusion drops an object or array that came empty (OpenSearch's filtering).
+    drop_empty: bool = False
 
     def apply(self, value: Any) -> Any:
         """The filtered response (a new value; the argument is not changed)."""
         if self.excludes:
-            value = _filter(value, [p for p in self.excludes], exclude=True)
+            value = _filter(value, [p for p in self.excludes], exclude=True, keep_empty=not self.drop_empty)
             if value is _DROP:
                 value = {}
         if self.includes:
-            value = _filter(value, [p for p in self.includes], exclude=False)
+            value = _filter(value, [p for p in self.includes], exclude=False, keep_empty=False)
             if value is _DROP:
                 value = {}
         return value
 
 
-def parse(expression: str) -> FilterPath | None:
-    """Compile a ``filter_path`` value; ``None`` if it filters nothing."""
+def parse(expression: str, drop_empty: bool = False) -> FilterPath | None:
+    """Compile a ``filter_path`` value; ``None`` if it filters nothing. ``drop_empty``: filter as
+    OpenSearch does (an exclusion drops the empty objects and arrays it reaches)."""
     includes: list[tuple[str, ...]] = []
     excludes: list[tuple[str, ...]] = []
     for raw in expression.split(","):
@@ -75,7 +79,7 @@ def parse(expression: str) -> FilterPath | None:
         target.append(segments)
     if not includes and not excludes:
         return None
-    return FilterPath(tuple(includes), tuple(excludes))
+    return FilterPath(tuple(includes), tuple(excludes), drop_empty)
 
 
 def _advance(paths: list[tuple[str, ...]], key: str) -> tuple[bool, list[tuple[str, ...]]]:
@@ -104,7 +108,8 @@ def _advance(paths: list[tuple[str, ...]], key: str) -> tuple[bool, list[tuple[s
     return complete, rest
 
 
-def _filter(value: Any, paths: list[tuple[str, ...]], exclude: bool) -> Any:
+def _filter(value: Any, paths: list[tuple[str, ...]], exclude: bool, keep_empty: bool) -> Any:
+    """``value`` filtered by ``paths``; ``keep_empty``: an empty object or array stays as it came."""
     if type(value) is Raw:   # a hit's _source as the upstream sent it: filtered inside, so parsed
         value = materialize(value)
     if isinstance(value, dict):
@@ -119,13 +124,13 @@ def _filter(value: Any, paths: list[tuple[str, ...]], exclude: bool) -> Any:
                 if exclude:
                     out[key] = child
                 continue
-            filtered = _filter(child, rest, exclude)
+            filtered = _filter(child, rest, exclude, keep_empty)
             if filtered is not _DROP:
                 out[key] = filtered
-        return out if (out or (exclude and not value)) else _DROP
+        return out if (out or (keep_empty and not value)) else _DROP
     if isinstance(value, list):
-        items = [_filter(item, paths, exclude) for item in value]
+        items = [_filter(item, paths, exclude, keep_empty) for item in value]
         kept = [item for item in items if item is not _DROP]
-        return kept if (kept or (exclude and not value)) else _DROP
+        return kept if (kept or (keep_empty and not value)) else _DROP
     # A scalar reached while paths still expect more levels below it.
     return value if exclude else _DROP

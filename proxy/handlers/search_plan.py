@@ -166,8 +166,9 @@ def _is_true(value: str) -> bool:
 
 
 def plan_search(body: dict[str, Any], params: list[tuple[str, str, str]], settings: Settings,
-                max_window: int) -> Plan | Skip:
-    """Decide whether and how a search (its body and query parameters) is collapsed."""
+                max_window: int, opensearch: bool = False) -> Plan | Skip:
+    """Decide whether and how a search (its body and query parameters) is collapsed;
+    ``opensearch``: the upstream is OpenSearch (whose ``filter_path`` drops empty values)."""
     if any(has_invalid_escape(raw) for _, _, raw in params):
         return Skip("invalid_parameter")  # Elasticsearch refuses it (and may hang up on a rewrite)
     query = {name: value for name, value, _ in params}
@@ -193,7 +194,7 @@ def plan_search(body: dict[str, Any], params: list[tuple[str, str, str]], settin
         # asked for: a window of another size is not the client's search.
         return Skip("terminate_after")
     try:
-        client_filter = filter_path.parse(query.get("filter_path", ""))
+        client_filter = filter_path.parse(query.get("filter_path", ""), drop_empty=opensearch)
     except filter_path.UnsupportedFilterPath:
         return Skip("unsupported_filter_path")
     stored = _names(query.get("stored_fields", body.get("stored_fields")))

@@ -1,11 +1,13 @@
-"""Elasticsearch-style error bodies for the answers the proxy gives itself.
+"""The engine's error bodies for the answers the proxy gives itself.
 
-Elasticsearch answers every failure with::
+Elasticsearch and OpenSearch answer every failure with::
 
     {"error": {"root_cause": [{"type": T, "reason": R}], "type": T, "reason": R}, "status": N}
 
 Clients (the official ones included) parse that shape to raise typed exceptions, so every error
-the proxy produces, from a bad ``neardup_threshold`` to an unreachable upstream, uses it too.
+the proxy produces, from a bad ``neardup_threshold`` to an unreachable upstream, uses it too,
+with the headers the upstream's engine puts on its answers
+(:meth:`~neardup.proxy.transport.engine.Engine.answer_headers`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from aiohttp.http_exceptions import (
 )
 
 from neardup.proxy.transport import jsonio
+from neardup.proxy.transport.engine import ELASTICSEARCH, Engine
 
 JSON_CONTENT_TYPE = "application/json; charset=UTF-8"
 
@@ -81,10 +84,11 @@ def client_closed() -> ProxyError:
     return illegal_argument("the connection closed before the whole request body arrived")
 
 
-def rejected(limit: int) -> ProxyError:
-    """HTTP 429 ``es_rejected_execution_exception``: what Elasticsearch answers when a thread pool
-    queue is full, so clients back off and retry it (the official ones do by default)."""
-    return ProxyError(429, "es_rejected_execution_exception",
+def rejected(limit: int, engine: Engine | None = None) -> ProxyError:
+    """HTTP 429 ``es_rejected_execution_exception`` (OpenSearch: ``rejected_execution_exception``):
+    what the engine answers when a thread pool queue is full, so clients back off and retry it
+    (the official ones do by default)."""
+    return ProxyError(429, (engine or Engine()).rejected_type,
                       f"rejected execution: this proxy worker already handles {limit} requests "
                       f"(proxy.max_in_flight = {limit}); retry later")
 
@@ -122,27 +126,29 @@ def malformed_request(status: int, exc: BaseException | None) -> ProxyError:
     return ProxyError(status, "illegal_argument_exception", f"malformed HTTP request: {problem}")
 
 
-def upstream_unreachable(detail: str) -> ProxyError:
+def upstream_unreachable(detail: str, engine: str = ELASTICSEARCH) -> ProxyError:
     return ProxyError(502, "neardup_upstream_unreachable_exception",
-                      f"no Elasticsearch node could be reached: {detail}")
+                      f"no {engine} node could be reached: {detail}")
 
 
-def upstream_timeout(seconds: float) -> ProxyError:
+def upstream_timeout(seconds: float, engine: str = ELASTICSEARCH) -> ProxyError:
     return ProxyError(504, "neardup_upstream_timeout_exception",
-                      f"Elasticsearch did not answer within {seconds:g} s "
+                      f"{engine} did not answer within {seconds:g} s "
                       "(upstream.request_timeout)")
 
 
-def upstream_broken(detail: str) -> ProxyError:
+def upstream_broken(detail: str, engine: str = ELASTICSEARCH) -> ProxyError:
     return ProxyError(502, "neardup_upstream_exception",
-                      f"the connection to Elasticsearch failed during the request: {detail}")
+                      f"the connection to {engine} failed during the request: {detail}")
 
 
 def internal(detail: str) -> ProxyError:
     return ProxyError(500, "neardup_proxy_exception", f"the proxy failed to handle the request: {detail}")
 
 
-def error_response(error: ProxyError, pretty: bool = False) -> web.Response:
-    """The HTTP answer carrying ``error`` in Elasticsearch's format (and its product header)."""
+def error_response(error: ProxyError, pretty: bool = False, engine: Engine | None = None) -> web.Response:
+    """The HTTP answer carrying ``error`` in the engine's format, with the headers it puts on
+    its answers (Elasticsearch's product header; none of it on OpenSearch); Elasticsearch's
+    while the engine is unknown."""
     return web.Response(status=error.status, body=jsonio.dumps(error.body(), pretty=pretty),
-                        headers={"Content-Type": JSON_CONTENT_TYPE, "X-elastic-product": "Elasticsearch"})
+                        headers={"Content-Type": JSON_CONTENT_TYPE, **(engine or Engine()).answer_headers()})

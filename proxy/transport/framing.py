@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from aiohttp import web
 
 from neardup.proxy.transport import errors
+from neardup.proxy.transport.engine import engine_of_request
 
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
                         "proxy-connection", "te", "trailer", "trailers", "transfer-encoding",
@@ -67,20 +68,22 @@ def is_ndjson(content_type: str | None) -> bool:
                      "application/json", "application/vnd.elasticsearch+json")
 
 
-def json_content_type_for(accept: str | None) -> str:
+def json_content_type_for(accept: str | None, compatible: bool = True) -> str:
     """Content-Type for a JSON body the proxy writes upstream, matching the client's Accept.
 
-    Elasticsearch wants the same ``compatible-with`` version on Accept and Content-Type.
+    Elasticsearch wants the same ``compatible-with`` version on Accept and Content-Type; an
+    engine that does not read them (``compatible`` false: OpenSearch) gets plain JSON.
     """
-    match = _COMPAT.search(accept or "")
+    match = _COMPAT.search(accept or "") if compatible else None
     if match:
         return f"application/vnd.elasticsearch+json; compatible-with={match.group(1)}"
     return "application/json"
 
 
-def ndjson_content_type_for(accept: str | None) -> str:
-    """Content-Type for an NDJSON body the proxy writes upstream (``_msearch``)."""
-    match = _COMPAT.search(accept or "")
+def ndjson_content_type_for(accept: str | None, compatible: bool = True) -> str:
+    """Content-Type for an NDJSON body the proxy writes upstream (``_msearch``); plain NDJSON
+    for an engine that does not read ``compatible-with`` (``compatible`` false)."""
+    match = _COMPAT.search(accept or "") if compatible else None
     if match:
         return f"application/vnd.elasticsearch+x-ndjson; compatible-with={match.group(1)}"
     return "application/x-ndjson"
@@ -187,7 +190,7 @@ async def expect_continue(request: web.BaseRequest) -> web.StreamResponse | None
 
 
 def _refuse_expectation(request: web.BaseRequest, error: errors.ProxyError) -> web.StreamResponse:
-    response = encoded_for(request, errors.error_response(error))
+    response = encoded_for(request, errors.error_response(error, engine=engine_of_request(request)))
     response.force_close()   # the client may send the body anyway: do not read it as a request
     if isinstance(request, web.Request):
         hook = request.app.get(EXPECT_REFUSED)

@@ -22,6 +22,9 @@
   sent them).
 * A node that sends nothing for ``upstream.request_timeout`` seconds gives a 504; one that cannot
   be reached gives a 502 (:mod:`neardup.proxy.transport.errors`).
+* Which engine the nodes run (``Upstream.engine``, an
+  :class:`~neardup.proxy.transport.engine.Engine`) is learned from their answers and from
+  ``GET /`` (:meth:`Upstream.learn_engine`).
 """
 
 from __future__ import annotations
@@ -39,13 +42,16 @@ from yarl import URL
 from neardup import access_rules
 from neardup.config import UpstreamConfig
 from neardup.proxy.transport import errors, http1_client, jsonio
-from neardup.upstream import without_credentials
+from neardup.proxy.transport.engine import Engine
+from neardup.upstream import auth_headers, without_credentials
 
 #: Headers aiohttp would add on its own; the proxy sends only what the client sent.
 _AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 
 Body = bytes | AsyncIterable[bytes] | None
 _T = TypeVar("_T")
+#: While the engine is unknown, ``GET /`` is asked again at most this often (seconds).
+LEARN_INTERVAL = 5.0
 
 
 class _Unreachable(Exception):
@@ -77,6 +83,9 @@ class Upstream:
         self._down: dict[str, tuple[int, float]] = {}
         self._session: aiohttp.ClientSession | None = None
         self._nodes: dict[str, http1_client.Node] = {}
+        self.engine = Engine()
+        self._learning: asyncio.Future[None] | None = None
+        self._learned_at = -LEARN_INTERVAL
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(
@@ -121,12 +130,14 @@ class Upstream:
             except aiohttp.ConnectionTimeoutError:
                 raise _Unreachable(http1_client.no_connection_within(self.config.connect_timeout)) from None
             except (TimeoutError, aiohttp.ServerTimeoutError):
-                raise errors.upstream_timeout(self.config.request_timeout) from None
+                raise errors.upstream_timeout(self.config.request_timeout, self.engine.name) from None
             except aiohttp.ClientError as exc:
                 raise _Broken(f"{type(exc).__name__}: {exc}") from None
 
         replayable = body is None or isinstance(body, (bytes, bytearray))
-        return await self._with_failover(method, path_qs, replayable, base_url, attempt)
+        response = await self._with_failover(method, path_qs, replayable, base_url, attempt)
+        self.engine.note_headers(response.headers)
+        return response
 
     async def exchange(self, method: str, path_qs: str, headers: list[tuple[str, str]],
                        body: bytes | None = None) -> http1_client.Reply:
@@ -139,13 +150,45 @@ class Upstream:
             except http1_client.ConnectFailed as exc:
                 raise _Unreachable(str(exc)) from None
             except http1_client.ReadTimeout:
-                raise errors.upstream_timeout(self.config.request_timeout) from None
+                raise errors.upstream_timeout(self.config.request_timeout, self.engine.name) from None
             except http1_client.Broken as exc:
                 if exc.answered:   # part of an answer came: like a body that breaks in read()
-                    raise errors.upstream_broken(str(exc)) from None
+                    raise errors.upstream_broken(str(exc), self.engine.name) from None
                 raise _Broken(str(exc)) from None
 
-        return await self._with_failover(method, path_qs, True, None, attempt)
+        reply = await self._with_failover(method, path_qs, True, None, attempt)
+        self.engine.note_headers(reply.headers)
+        return reply
+
+    async def learn_engine(self) -> None:
+        """Ask ``GET /`` (with ``upstream.username``/``api_key`` if configured) which engine the
+        nodes run, unless it is known or was asked less than :data:`LEARN_INTERVAL` seconds ago;
+        concurrent callers share one question. Failures leave it unknown, for a later try."""
+        if self.engine.known:
+            return
+        if self._learning is None:
+            if time.monotonic() - self._learned_at < LEARN_INTERVAL:
+                return
+            self._learned_at = time.monotonic()
+            self._learning = asyncio.ensure_future(self._ask_root())
+        learning = self._learning
+        try:
+            await asyncio.shield(learning)
+        finally:
+            if learning.done():
+                self._learning = None
+
+    async def _ask_root(self) -> None:
+        headers = [("Accept", "application/json"), *auth_headers(self.config).items()]
+        try:
+            reply = await self.exchange("GET", "/", headers)
+        except errors.ProxyError:
+            return
+        if reply.status == 200:
+            try:
+                self.engine.note_root(jsonio.loads(reply.body))
+            except ValueError:
+                pass
 
     async def _with_failover(self, method: str, path_qs: str, replayable: bool, base_url: str | None,
                              attempt: Callable[[str], Awaitable[_T]]) -> _T:
@@ -164,7 +207,7 @@ class Upstream:
                 last_error = f"{url}: {exc}"
             except _Broken as exc:
                 if resent or not replayable or not access_rules.is_read(method, path_qs.partition("?")[0]):
-                    raise errors.upstream_broken(str(exc)) from None
+                    raise errors.upstream_broken(str(exc), self.engine.name) from None
                 resent = True
                 if tried == len(order):
                     order.append(url)
@@ -175,7 +218,7 @@ class Upstream:
             self._mark_down(url)
             if not replayable:
                 break
-        raise errors.upstream_unreachable(last_error or "no nodes configured")
+        raise errors.upstream_unreachable(last_error or "no nodes configured", self.engine.name)
 
     def _round_robin(self) -> list[str]:
         """Every node once, starting with the next in turn; nodes that failed lately go last."""
