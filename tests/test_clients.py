@@ -45,10 +45,12 @@ ES8_CLIENT = ROOT / "run" / "es8client"
 ES8_REQUIREMENTS = ("elasticsearch>=8.12,<9", "elastic-transport>=8.15,<9")
 
 #: The Node.js client for each engine line: (package, version).
-NODE_CLIENT: dict[tuple[str, int | None], tuple[str, str]] = {("Elasticsearch", 9): ("@elastic/elasticsearch", "9.5.1"),
-               ("Elasticsearch", 8): ("@elastic/elasticsearch", "8.19.2"),
-               ("OpenSearch", 3): ("@opensearch-project/opensearch", "3.9.0"),
-               ("OpenSearch", 2): ("@opensearch-project/opensearch", "3.9.0")}
+NODE_CLIENT: dict[tuple[str, int | None], tuple[str, str]] = {
+    ("Elasticsearch", 9): ("@elastic/elasticsearch", "9.5.1"),
+    ("Elasticsearch", 8): ("@elastic/elasticsearch", "8.19.2"),
+    ("OpenSearch", 3): ("@opensearch-project/opensearch", "3.9.0"),
+    ("OpenSearch", 2): ("@opensearch-project/opensearch", "3.9.0"),
+}
 
 FAMILIES = 6
 #: Families are ranked together (original, then its two copies), so a page of FAMILIES hits
