@@ -46,6 +46,8 @@ MATRIX_LIST := tests/engine-matrix.txt
 MATRIX_FILES := $(shell sed -e 's/\#.*//' $(MATRIX_LIST))
 ES8_CLIENT := run/es8client
 TEST_SUMMARY := run/test-summary.txt
+# The demo on Elasticsearch 8 needs elasticsearch-py 8 first on the path (see es8client).
+DEMO_PYTHONPATH := $(if $(filter opensearch,$(ENGINE)),,$(if $(filter 8.%,$(VERSION)),PYTHONPATH=$(ES8_CLIENT)))
 
 .PHONY: install check browser-deps es8client test demo es-start es-stop es-status bench clean
 
@@ -102,10 +104,10 @@ test: install check browser-deps es8client
 	done; \
 	echo; echo "make test:"; sed 's/^/  /' $(TEST_SUMMARY); exit $$status
 
-demo: install
+demo: install $(if $(DEMO_PYTHONPATH),es8client)
 	@trap '[ -n "$(KEEP)" ] || scripts/es stop --home $(DEMO_ES_HOME)' EXIT; trap 'exit 130' INT TERM; \
 	scripts/es start $(ES_SERVER) --home $(DEMO_ES_HOME) --port auto --security off --heap $(ES_HEAP) >/dev/null || exit 1; \
-	NEARDUP_DEMO_ES_URL=$$(scripts/es url --home $(DEMO_ES_HOME)) $(PY) scripts/demo $(if $(DATA),--data $(DATA)) --docs $(DOCS)
+	NEARDUP_DEMO_ES_URL=$$(scripts/es url --home $(DEMO_ES_HOME)) $(DEMO_PYTHONPATH) $(PY) scripts/demo $(if $(DATA),--data $(DATA)) --docs $(DOCS)
 
 es-start:
 	scripts/es start $(ES_SERVER) --port $(ES_PORT) --security $(ES_SECURITY) --heap $(ES_HEAP)
