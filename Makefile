@@ -106,7 +106,7 @@ test: install check browser-deps es8client
 
 demo: install $(if $(DEMO_PYTHONPATH),es8client)
 	@trap '[ -n "$(KEEP)" ] || scripts/es stop --home $(DEMO_ES_HOME)' EXIT; trap 'exit 130' INT TERM; \
-	scripts/es start $(ES_SERVER) --home $(DEMO_ES_HOME) --port auto --security off --heap $(ES_HEAP) >/dev/null || exit 1; \
+	scripts/es start $(ES_SERVER) --home $(DEMO_ES_HOME) --port auto --security off --heap $(ES_HEAP) --fresh >/dev/null || exit 1; \
 	NEARDUP_DEMO_ES_URL=$$(scripts/es url --home $(DEMO_ES_HOME)) $(DEMO_PYTHONPATH) $(PY) scripts/demo $(if $(DATA),--data $(DATA)) --docs $(DOCS)
 
 es-start:
