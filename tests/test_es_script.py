@@ -177,6 +177,26 @@ def test_the_matrix_runs_the_other_engines_scripts_es_supports():
                                     if (e, v) != ("elasticsearch", "9.5.4"))
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_leg_of_make_test_runs_pytest_on_its_own_node_reports_and_stops_it(tmp_path: Path):
+    home = ROOT / "run" / f"pytest-leg-{os.getpid()}"
+    summary = tmp_path / "summary.txt"
+    selection = "tests/test_es_script.py::test_endpoint_splits_credentials_out_of_the_url"
+    env = {k: v for k, v in os.environ.items() if k not in ("NEARDUP_TEST_ES_URL", "PYTHONPATH")}
+    try:
+        leg = subprocess.run([str(ROOT / "scripts" / "test-leg"), "--home", str(home), "--heap", "512m",
+                              "--summary", str(summary), "--", "-q", "-p", "no:cacheprovider", selection],
+                             capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
+        assert leg.returncode == 0, leg.stdout[-2000:] + leg.stderr[-2000:]
+        line = summary.read_text().strip()
+        assert line.startswith("engine Elasticsearch 9.5.4 (java ") and ": 1 passed in " in line, line
+        assert line.endswith(" s") and line in leg.stderr
+        assert not home.exists(), "the leg's node is stopped and its folder removed"
+    finally:
+        run_es("stop", "--home", str(home), "--purge", timeout=120)
+
+
 @pytest.mark.es
 @pytest.mark.slow
 @pytest.mark.timeout(900)
