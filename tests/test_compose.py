@@ -108,7 +108,7 @@ def test_compose_has_elasticsearch_proxy_and_a_one_shot_indexer():
     assert SERVICES["indexer"]["command"][0] == "index"
 
 
-def test_elasticsearch_is_the_official_8_image_of_the_pinned_version_single_node_without_security():
+def test_elasticsearch_is_the_official_image_of_the_default_version_single_node_without_security():
     # the default version of the elasticsearch engine in scripts/es
     pinned = engine_default("elasticsearch")
     service = SERVICES["elasticsearch"]
@@ -177,13 +177,13 @@ def test_dockerfile_installs_every_package_of_the_distribution():
 
 # The servers under profiles, each the official image of a version scripts/es runs.
 PROFILE_SERVERS = {
-    "elasticsearch9": ("es9", "docker.elastic.co/elasticsearch/elasticsearch:"
-                              + newest(engine_versions("elasticsearch"), 9)),
+    "elasticsearch8": ("es8", "docker.elastic.co/elasticsearch/elasticsearch:"
+                              + newest(engine_versions("elasticsearch"), 8)),
     "opensearch": ("opensearch", "opensearchproject/opensearch:" + engine_default("opensearch")),
 }
 
 
-def test_a_plain_up_starts_the_elasticsearch_8_node_and_the_proxy_only():
+def test_a_plain_up_starts_the_default_elasticsearch_node_and_the_proxy_only():
     always = {name for name, service in SERVICES.items() if not service.get("profiles")}
     assert always == {"elasticsearch", "proxy"}
     assert SERVICES["indexer"]["profiles"] == ["jobs"]
@@ -299,7 +299,7 @@ def test_getting_started_commands_start_real_services_and_point_neardup_at_a_ser
         if upstream is not None:
             host = re.fullmatch(r"http://([\w-]+):9200", upstream)
             assert host and host.group(1) in PROFILE_SERVERS, where
-            # without --no-deps, depends_on would start the default Elasticsearch 8 node too
+            # without --no-deps, depends_on would start the default Elasticsearch node too
             assert "--no-deps" in options, where
             assert set(services) <= neardup_services().keys(), where
     assert profiles_started == {profile for profile, _ in PROFILE_SERVERS.values()}

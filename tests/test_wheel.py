@@ -71,6 +71,18 @@ def test_the_wheel_holds_one_top_level_name(wheel: Path) -> None:
     assert "neardup/proxy/handlers/static/playground.html" in names
 
 
+def test_the_wheel_metadata_names_the_opensearch_extra_and_both_elasticsearch_majors(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA")))
+    fields = [line.split(": ", 1) for line in metadata.decode().splitlines() if ": " in line]
+    requires = [value for key, value in fields if key == "Requires-Dist"]
+    assert ("Provides-Extra", "opensearch") in [tuple(field) for field in fields]
+    (elasticsearch,) = [value for value in requires if value.startswith("elasticsearch")
+                        and not value.startswith("elasticsearch-")]
+    assert ">=8.12" in elasticsearch and "<10" in elasticsearch and "extra" not in elasticsearch
+    assert any(value.startswith("opensearch-py") and 'extra == "opensearch"' in value for value in requires)
+
+
 def test_the_installed_package_is_the_wheel_and_only_neardup(clean_env: Path, tmp_path: Path) -> None:
     script = ("import json, sys, neardup, neardup.fingerprint as f; "
               "fp = f.Fingerprinter(f.FingerprintParams()).fingerprint('one short story about the wheel'); "

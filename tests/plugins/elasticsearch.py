@@ -28,6 +28,7 @@ they are never skipped. Tests using these fixtures get the ``es`` marker automat
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import time
@@ -145,10 +146,17 @@ def wait_until_reachable(endpoint: EsEndpoint, source: str) -> None:
     """Fail (not skip) with the cause unless the node answers ``_cluster/health`` in time."""
     deadline = time.monotonic() + REACHABLE_TIMEOUT
     client = endpoint.client(request_timeout=10)
+    # Through the transport: the client's own API refuses an OpenSearch node (product check).
+    headers = {"accept": "application/json"}
+    if endpoint.basic_auth:
+        headers["authorization"] = "Basic " + base64.b64encode(":".join(endpoint.basic_auth).encode()).decode()
     try:
         while True:
             try:
-                client.cluster.health(wait_for_status="yellow", timeout="5s")
+                answer = client.transport.perform_request(
+                    "GET", "/_cluster/health?wait_for_status=yellow&timeout=5s", headers=headers)
+                if answer.meta.status != 200:
+                    raise RuntimeError(f"_cluster/health answered {answer.meta.status}")
                 return
             except Exception as exc:  # noqa: BLE001 - any failure is reported as the reason
                 if time.monotonic() > deadline:
