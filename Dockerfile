@@ -17,7 +17,7 @@ COPY neardup ./neardup
 COPY fingerprint ./fingerprint
 COPY indexer ./indexer
 COPY proxy ./proxy
-RUN pip install --no-cache-dir . && rm -rf /src/build
+RUN pip install --no-cache-dir ".[opensearch]" && rm -rf /src/build
 COPY config/neardup.toml /etc/neardup/neardup.toml
 
 RUN useradd --system --no-create-home --shell /usr/sbin/nologin neardup

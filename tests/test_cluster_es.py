@@ -22,8 +22,8 @@ from neardup.fingerprint.lsh import choose_banding, key_strings
 from neardup.indexer.cluster.documents import stored_values, usable_signature
 from neardup.indexer.cluster.meta import META_KEY
 from tests.cluster_support import bulk, indexer_client, mappings, scan_hits
-from tests.engine_support import delete_index
-from tests.plugins.corpora import bulk_load, run_neardup
+from tests.engine_support import bulk_load, delete_index
+from tests.plugins.corpora import run_neardup
 
 PARAMS = FingerprintParams()
 VERSION = scheme_version(PARAMS)

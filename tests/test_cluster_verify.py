@@ -48,8 +48,8 @@ from neardup.fingerprint.verify import (
 from neardup.indexer.cluster.meta import META_KEY
 from neardup.indexer.cluster.verification import text_params
 from tests.cluster_support import mappings
-from tests.engine_support import delete_index
-from tests.plugins.corpora import bulk_load, run_neardup
+from tests.engine_support import bulk_load, delete_index
+from tests.plugins.corpora import run_neardup
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = FingerprintParams()

@@ -177,6 +177,21 @@ def test_the_matrix_runs_the_other_engines_scripts_es_supports():
                                     if (e, v) != ("elasticsearch", "9.5.4"))
 
 
+def test_the_supported_versions_tables_name_the_versions_make_test_runs():
+    makefile = (ROOT / "Makefile").read_text()
+    legs = next(line for line in makefile.splitlines() if line.startswith("MATRIX ?="))
+    matrix = {tuple(leg.split(":")) for leg in legs.split("=", 1)[1].split()}
+    # scripts/es sets Elasticsearch's default version first, in set_engine.
+    default = ("elasticsearch", ES_SCRIPT.read_text().split("VERSION=${VERSION:-", 1)[1].split("}", 1)[0])
+    for page in ("README.md", "docs/getting-started.md"):
+        text = (ROOT / page).read_text()
+        table = text.split("## Supported versions", 1)[1].split("\n\n| engine |", 1)[1].split("\n\n", 1)[0]
+        rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+        tested = {(row[0].split()[0].lower(), row[1]) for row in rows}
+        assert tested == matrix | {default}, page
+        assert {row[1] for row in rows if row[2] == "the whole suite"} == {default[1]}, page
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_leg_of_make_test_runs_pytest_on_its_own_node_reports_and_stops_it(tmp_path: Path):

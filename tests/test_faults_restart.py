@@ -36,7 +36,8 @@ from neardup.config import load_config
 from neardup.fingerprint import FIELD, Fingerprinter
 from neardup.indexer.errors import EXIT_OK, EXIT_STOPPED
 from tests.cluster_support import node_client, scan_hits
-from tests.plugins.corpora import bulk_load, neardup_env, run_neardup, with_seed
+from tests.engine_support import bulk_load
+from tests.plugins.corpora import neardup_env, run_neardup, with_seed
 from tests.plugins.elasticsearch import StartedNode, _run_es_script
 from tests.reliability_support import Outcome, es_error_type, fetch
 from tests.test_proxy_support import ProxyThread, make_config

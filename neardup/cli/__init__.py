@@ -32,7 +32,7 @@ QUIET_LOGGERS = {"pymorphy3": logging.WARNING, "elastic_transport": logging.ERRO
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="neardup",
-        description="Near-duplicate collapsing for Elasticsearch: fingerprint documents at "
+        description="Near-duplicate collapsing for Elasticsearch and OpenSearch: fingerprint documents at "
         "index time, fold near-duplicate hits at search time.",
     )
     parser.add_argument("--version", action="version", version=f"neardup {__version__}")

@@ -1,4 +1,4 @@
-"""``neardup proxy``: serve Elasticsearch through the collapsing proxy (:func:`neardup.proxy.server.serve`)."""
+"""``neardup proxy``: serve Elasticsearch or OpenSearch through the collapsing proxy (:func:`neardup.proxy.server.serve`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ PROXY_KEYS: dict[str, tuple[str, str]] = {
 
 def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
-        "proxy", help="serve Elasticsearch through the near-duplicate collapsing proxy",
+        "proxy", help="serve Elasticsearch or OpenSearch through the near-duplicate collapsing proxy",
         description="A transparent Elasticsearch proxy that folds near-duplicate hits of "
         "_search and _msearch into groups. Point clients at the URL it prints.")
     parser.add_argument("--host", help="address to listen on (proxy.host)")

@@ -1,4 +1,4 @@
-"""Shared fixtures that load the real corpora into Elasticsearch through the indexer.
+"""Shared fixtures that load the real corpora into the cluster (Elasticsearch or OpenSearch) through the indexer.
 
 Fixtures (session scoped):
 
@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch, helpers
 
 from neardup.corpora import reuters_documents
+from tests.engine_support import bulk_load, create_index, delete_index
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,7 +55,7 @@ def run_neardup(args: Sequence[str], es_url: str, *, input: bytes | None = None,
                           timeout=timeout, env=neardup_env(es_url, **env_overrides), cwd=ROOT, check=False)
 
 
-def neardup_json(es: Elasticsearch, es_url: str, *args: str) -> dict[str, Any]:
+def neardup_json(es: Any, es_url: str, *args: str) -> dict[str, Any]:
     """Run a ``neardup`` command with ``--json`` (it must succeed), refresh its ``--index``
     (``neardup index`` leaves that to the index) and return the parsed summary."""
     result = run_neardup([*args, "--json"], es_url)
@@ -64,27 +64,15 @@ def neardup_json(es: Elasticsearch, es_url: str, *args: str) -> dict[str, Any]:
     return json.loads(result.stdout)
 
 
-def bulk_load(es: Elasticsearch, index: str, docs: Sequence[dict[str, Any]], id_field: str = "id",
-              chunk_size: int = 2000) -> None:
-    """Index ``docs`` as they are (``_id`` from ``id_field``), failing on any rejected item."""
-    actions = ({"_index": index, "_id": doc[id_field], "_source": doc} for doc in docs)
-    client = es.options(request_timeout=120)
-    for ok, item in helpers.streaming_bulk(client, actions, chunk_size=chunk_size, raise_on_error=False,
-                                           max_retries=5):
-        if not ok:
-            raise AssertionError(f"loading {index} failed: {item}")
-    es.indices.refresh(index=index)
-
-
 @pytest.fixture(scope="session")
 def reuters_docs() -> list[dict[str, Any]]:
     return list(reuters_documents())
 
 
 @pytest.fixture(scope="session")
-def reuters_index(es: Elasticsearch, es_url: str, reuters_docs: list[dict[str, Any]]) -> Iterator[str]:
+def reuters_index(es: Any, es_url: str, reuters_docs: list[dict[str, Any]]) -> Iterator[str]:
     name = f"indexer-reuters-{uuid.uuid4().hex[:8]}"
-    es.indices.create(index=name, settings={"number_of_shards": 2, "number_of_replicas": 0})
+    create_index(es, name, settings={"number_of_shards": 2, "number_of_replicas": 0})
     try:
         bulk_load(es, name, reuters_docs)
         result = run_neardup(["index", "--index", name, "--workers", "2", "--json"], es_url)
@@ -96,7 +84,7 @@ def reuters_index(es: Elasticsearch, es_url: str, reuters_docs: list[dict[str, A
         es.indices.refresh(index=name)
         yield name
     finally:
-        es.options(ignore_status=404).indices.delete(index=name)
+        delete_index(es, name)
 
 
 @pytest.fixture(scope="session")
