@@ -11,7 +11,7 @@
 #                       (apt-get, as root; instant when both are installed; run by make test)
 #   make es8client      elasticsearch-py 8 in run/es8client, first on PYTHONPATH for the tests
 #                       on Elasticsearch 8 (run by make test; once per checkout)
-#   make demo           install, start Elasticsearch, load Reuters-21578, enrich it, search
+#   make demo           install, start the engine, load Reuters-21578, enrich it, search
 #                       directly and through the proxy (DATA=path, DOCS=n; KEEP=1 leaves
 #                       the node running: scripts/es status --home run/es-demo)
 #   make es-start       start a development node (ES_PORT, ES_SECURITY), make es-stop stops it
