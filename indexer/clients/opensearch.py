@@ -7,11 +7,12 @@ point in time is OpenSearch's own (``POST /<index>/_search/point_in_time``, clos
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from opensearchpy import OpenSearch
+from opensearchpy import OpenSearch, OpenSearchWarning
 from opensearchpy import exceptions as os_errors
 
 from neardup.config import UpstreamConfig
@@ -24,6 +25,11 @@ from neardup.indexer.errors import (
     raising_cluster_errors,
 )
 from neardup.upstream import ClusterInfo, auth_headers
+
+# OpenSearch 2 pages a point in time on _id (indexer.reader.page_order), and warns on every page
+# that field data on _id is deprecated: the choice is deliberate and documented, not the user's.
+warnings.filterwarnings("ignore", message="Loading the fielddata on the _id field is deprecated",
+                        category=OpenSearchWarning)
 
 #: Search keywords of the interface whose name in the request body differs.
 BODY_NAMES = {"source": "_source", "from_": "from"}
