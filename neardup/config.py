@@ -222,6 +222,9 @@ class CollapseConfig(_Section):
     max_window: Annotated[int, Field(ge=1, le=10_000)] = 1000
     #: Per-index overrides, keyed by index name or pattern (``news-*``).
     indices: dict[str, IndexOverride] = Field(default_factory=dict)
+    #: A page that ``max_window`` hits cannot fill: ``extend`` the window up to the indices'
+    #: ``index.max_result_window``, or ``refuse`` it with 400.
+    deep_pages: Literal["extend", "refuse"] = "extend"
 
 
 class IndexerConfig(_Section):
