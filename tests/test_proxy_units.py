@@ -343,6 +343,18 @@ def test_a_page_short_because_the_hits_run_out_is_complete(stories: list[dict]) 
     assert beyond["neardup"]["complete"] and beyond["hits"]["hits"] == []
 
 
+def test_only_an_exact_total_tells_the_window_holds_every_hit() -> None:
+    """A window at its limit is complete when ``hits.total`` counted exactly that many hits; an
+    uncounted (-1 with ``rest_total_hits_as_int``), inexact or absent total says nothing."""
+    planned = plan_search({"size": 20}, [], DEFAULTS, 16)
+    hits = [hit(f"h{k}", None) for k in range(16)]
+    for total, complete in ((16, True), ({"value": 16, "relation": "eq"}, True), (-1, False),
+                            ({"value": 16, "relation": "gte"}, False), (None, False), (17, False)):
+        window = Window(planned)
+        window.add_round({"hits": {"total": total, "hits": [dict(h) for h in hits]}}, 16)
+        assert window.next_round(16) is None and window.complete(16) is complete, total
+
+
 def test_unexpected_shapes_raise_collapse_error() -> None:
     with pytest.raises(collapse.CollapseError):
         collapse.group([{"_id": "1"}, "not a hit"], "_source", 0.8, "resemblance", ALGORITHMS)

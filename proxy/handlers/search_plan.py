@@ -322,12 +322,13 @@ class Window:
         return groups >= self.plan.wanted_groups or self.exhausted or self._all_fetched()
 
     def _all_fetched(self) -> bool:
-        """The window holds every hit the first round counted exactly (``hits.total``)."""
+        """The window holds every hit the first round counted exactly (``hits.total``; -1 with
+        ``rest_total_hits_as_int`` when nothing was counted)."""
         hits = self.first.get("hits") if self.first is not None else None
         total = hits.get("total") if isinstance(hits, dict) else None
         if isinstance(total, dict):
             total = total.get("value") if total.get("relation") == "eq" else None
-        return type(total) is int and self.fetched >= total
+        return type(total) is int and 0 <= total <= self.fetched
 
 
 def _identity(hit: Any) -> tuple[Any, ...] | None:
