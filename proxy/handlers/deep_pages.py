@@ -8,8 +8,9 @@ Pure decisions over a :class:`neardup.proxy.handlers.search_plan.Window` at its 
   round ending past it) and the rounds go on doubling, so a page of up to ``g(R)`` groups,
   those of the first ``R`` hits, is complete;
 * past that, or with ``"refuse"`` past ``max_window``, the page is refused as Elasticsearch
-  refuses a ``from + size`` over its result window (400, :func:`neardup.proxy.transport.errors.
-  collapsed_window_too_large`): a short or empty page would look like the end of the results.
+  refuses a ``from + size`` over its result window (400,
+  :func:`~neardup.proxy.transport.errors.collapsed_window_too_large`): a short or empty page
+  would look like the end of the results.
 
 A page short only because the results run out is complete and never refused
 (:meth:`~neardup.proxy.handlers.search_plan.Window.complete`).
@@ -18,11 +19,10 @@ A page short only because the results run out is complete and never refused
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
+from neardup.config import DeepPages
 from neardup.proxy.handlers.search_plan import Window
 
-Policy = Literal["extend", "refuse"]
 #: The setting that bounds an extended window, and the proxy's own bound otherwise.
 RESULT_WINDOW_SETTING = "index.max_result_window"
 MAX_WINDOW_KEY = "collapse.max_window"
@@ -44,7 +44,7 @@ def needs_more(window: Window, groups: int) -> bool:
     return window.next_round(groups) is None and not window.complete(groups)
 
 
-def deeper(window: Window, groups: int, policy: Policy, result_window: int) -> tuple[int, int] | TooDeep:
+def deeper(window: Window, groups: int, policy: DeepPages, result_window: int) -> tuple[int, int] | TooDeep:
     """For a window that :func:`needs_more`: the next round after extending its limit to
     ``result_window`` (the window is changed), or why the page is refused."""
     if policy == "extend" and result_window > window.limit:
