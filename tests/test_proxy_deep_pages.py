@@ -201,6 +201,31 @@ def test_refuse_policy_refuses_what_max_window_cannot_fill(refusing: ProxyThread
     assert_page(answer, deep, first - 20, 20)
 
 
+def test_the_result_window_is_read_once_per_index_and_only_for_deep_pages(
+        es_url: str, engine: ClusterInfo, deep: DeepIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages ``max_window`` fills never ask for the index's settings; deep pages of one index ask
+    once (cached), and a refusal is counted as its own outcome."""
+    from neardup.proxy.handlers import result_window
+
+    check, asked = result_window._check, []
+
+    async def counted(state: Any, request: Any, index: str) -> int | None:
+        asked.append(index)
+        return await check(state, request, index)
+
+    monkeypatch.setattr(result_window, "_check", counted)
+    with ProxyThread(make_config(es_url), engine=engine) as running:
+        for start in (0, 500):
+            assert post(running.url + "/" + deep.name, page_body(start, 20))[0] == 200
+        assert asked == []
+        for start in (990, 1000):
+            assert post(running.url + "/" + deep.name, page_body(start, 20))[0] == 200
+        assert post(running.url + "/" + deep.name, page_body(0, 1200))[0] == 400
+        assert asked == [deep.name]
+        searches = running.metrics.counters["neardup_proxy_searches_total"]
+        assert searches[(("outcome", "refused"), ("reason", "window_too_large"))] == 1
+
+
 # -- the end of the results -------------------------------------------------------------------
 @pytest.mark.parametrize(("start", "size"), [(100, 50), (125, 10), (300, 10)])
 def test_a_page_short_because_the_results_run_out_is_complete(narrow: ProxyThread, deep: DeepIndex,
