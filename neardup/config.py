@@ -55,6 +55,8 @@ class _Section(BaseModel):
 Seconds = Annotated[float, Field(gt=0, le=3600)]
 Threshold = Annotated[float, Field(ge=0.0, le=1.0)]
 Mode = Literal["resemblance", "containment"]
+#: What becomes of a page that ``collapse.max_window`` hits cannot fill.
+DeepPages = Literal["extend", "refuse"]
 
 
 def _existing_file(value: str) -> str:
@@ -222,6 +224,9 @@ class CollapseConfig(_Section):
     max_window: Annotated[int, Field(ge=1, le=10_000)] = 1000
     #: Per-index overrides, keyed by index name or pattern (``news-*``).
     indices: dict[str, IndexOverride] = Field(default_factory=dict)
+    #: A page that ``max_window`` hits cannot fill: ``extend`` the window up to the indices'
+    #: ``index.max_result_window``, or ``refuse`` it with 400.
+    deep_pages: DeepPages = "extend"
 
 
 class IndexerConfig(_Section):

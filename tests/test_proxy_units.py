@@ -14,10 +14,12 @@ from neardup.fingerprint import Fingerprinter, FingerprintParams
 from neardup.proxy.grouping import collapse
 from neardup.proxy.grouping.fingerprints import default_algorithms
 from neardup.proxy.handlers import filter_path
+from neardup.proxy.handlers.deep_pages import TooDeep, deeper, needs_more
 from neardup.proxy.handlers.params import Controls, parse_controls, resolve, split_query
+from neardup.proxy.handlers.result_window import smallest
 from neardup.proxy.handlers.routes import classify, index_of
 from neardup.proxy.handlers.search_plan import Plan, Skip, Window, finish, plan_search, round_request
-from neardup.proxy.transport.errors import ProxyError
+from neardup.proxy.transport.errors import ProxyError, collapsed_window_too_large
 
 ALGORITHMS = default_algorithms(FingerprintParams())
 DEFAULTS = resolve(Controls(), CollapseConfig(), "")
@@ -243,16 +245,29 @@ def test_page_format_matches_native_collapse(stories: list[dict]) -> None:
     assert as_int.hits[0]["inner_hits"]["neardup"]["hits"]["total"] == 1
 
 
-def _page(hits: list[dict], start: int, size: int, max_window: int) -> tuple[list[str], dict]:
-    """Run the window rounds over a fixed ranked list, as the proxy does against Elasticsearch."""
+class Refused(Exception):
+    """:func:`_page` refused the page (its :class:`TooDeep` is the argument)."""
+
+
+def _page(hits: list[dict], start: int, size: int, max_window: int, result_window: int = 0,
+          relation: str = "eq") -> tuple[list[str], dict]:
+    """Run the window rounds over a fixed ranked list, as the proxy does against Elasticsearch:
+    a page that ``max_window`` hits cannot fill is extended up to ``result_window`` hits (0: the
+    ``refuse`` policy), else :class:`Refused`."""
     planned = plan_search({"from": start, "size": size}, [], DEFAULTS, max_window)
     window = Window(planned)
     offset, count = 0, planned.first_window()
     while True:
         chunk = [dict(h, _source=dict(h["_source"])) for h in hits[offset:offset + count]]
-        window.add_round({"took": 1, "hits": {"total": {"value": len(hits)}, "hits": chunk}}, count)
+        window.add_round({"took": 1, "hits": {"total": {"value": len(hits), "relation": relation},
+                                              "hits": chunk}}, count)
         groups, printed = collapse.group(window.hits, "_source", 0.8, "resemblance", ALGORITHMS)
         following = window.next_round(len(groups))
+        if needs_more(window, len(groups)):
+            deeper_round = deeper(window, len(groups), "extend" if result_window else "refuse", result_window)
+            if isinstance(deeper_round, TooDeep):
+                raise Refused(deeper_round)
+            following = deeper_round
         if following is None:
             break
         offset, count = following
@@ -283,12 +298,61 @@ def test_pages_are_full_and_never_repeat_a_document_or_a_near_duplicate(stories:
         seen |= set(shown)
 
 
-def test_beyond_the_window_pages_come_from_the_window_and_say_so(stories: list[dict]) -> None:
-    fp = Fingerprinter(FingerprintParams())
-    hits = variants(stories, fp)
-    shown, response = _page(hits, 0, 40, max_window=16)
-    assert response["neardup"]["window"] == 16 and not response["neardup"]["complete"]
-    assert len(shown) == 16 and len(hits) > 16 and len(response["hits"]["hits"]) == response["neardup"]["window_groups"]
+def test_a_page_past_max_window_is_extended_up_to_the_result_window(stories: list[dict]) -> None:
+    """A page that ``max_window`` hits cannot fill used to come back short with ``complete:
+    false``; the window now grows on up to the result window and the page is the one a window
+    of every hit gives."""
+    hits = variants(stories, Fingerprinter(FingerprintParams()))
+    shown, response = _page(hits, 0, 25, max_window=16, result_window=100)
+    reference, whole = _page(hits, 0, 25, max_window=1000)
+    assert response["neardup"]["complete"] and response["neardup"]["window"] > 16
+    assert shown == reference and response["hits"]["hits"] == whole["hits"]["hits"]
+    assert len(response["hits"]["hits"]) == 25
+
+
+def test_a_page_past_the_limit_is_refused_naming_it(stories: list[dict]) -> None:
+    """Past ``max_window`` (policy ``refuse``) or the result window (``extend``), while more
+    hits exist, the page is refused instead of coming back short with ``complete: false``."""
+    hits = variants(stories, Fingerprinter(FingerprintParams()))
+    groups_in = {n: len(collapse.group(hits[:n], "_source", 0.8, "resemblance", ALGORITHMS)[0]) for n in (16, 20)}
+    with pytest.raises(Refused) as refused:
+        _page(hits, 0, 40, max_window=16)
+    assert refused.value.args[0] == TooDeep(40, groups_in[16], 16, "collapse.max_window")
+    with pytest.raises(Refused) as refused:
+        _page(hits, 10, 15, max_window=16, result_window=20)
+    assert refused.value.args[0] == TooDeep(25, groups_in[20], 20, "index.max_result_window")
+    error = collapsed_window_too_large(25, groups_in[20], 20, "index.max_result_window")
+    assert error.status == 400 and error.type == "illegal_argument_exception"
+    assert error.reason.startswith(f"Result window is too large for collapsed near-duplicates, from + size must "
+                                   f"be less than or equal to: [{groups_in[20]}] but was [25]")
+    for remedy in ("search_after", "[index.max_result_window] index level setting", "neardup cluster"):
+        assert remedy in error.reason
+
+
+def test_a_page_short_because_the_hits_run_out_is_complete(stories: list[dict]) -> None:
+    """Fewer groups than from + size because no more hits exist is the end of the results:
+    complete, never refused; also when the window ends exactly at the last hit counted."""
+    hits = variants(stories, Fingerprinter(FingerprintParams()))
+    shown, response = _page(hits[:12], 5, 10, max_window=16)     # a short round: no more hits
+    assert response["neardup"]["complete"] and 0 < len(response["hits"]["hits"]) < 10
+    shown, response = _page(hits[:16], 0, 20, max_window=16)     # hits.total says 16: all there
+    assert response["neardup"]["complete"] and len(shown) == 16
+    with pytest.raises(Refused):   # at least 16: more may exist
+        _page(hits[:16], 0, 20, max_window=16, relation="gte")
+    _, beyond = _page(hits[:12], 30, 10, max_window=16)         # from past the last group: empty
+    assert beyond["neardup"]["complete"] and beyond["hits"]["hits"] == []
+
+
+def test_only_an_exact_total_tells_the_window_holds_every_hit() -> None:
+    """A window at its limit is complete when ``hits.total`` counted exactly that many hits; an
+    uncounted (-1 with ``rest_total_hits_as_int``), inexact or absent total says nothing."""
+    planned = plan_search({"size": 20}, [], DEFAULTS, 16)
+    hits = [hit(f"h{k}", None) for k in range(16)]
+    for total, complete in ((16, True), ({"value": 16, "relation": "eq"}, True), (-1, False),
+                            ({"value": 16, "relation": "gte"}, False), (None, False), (17, False)):
+        window = Window(planned)
+        window.add_round({"hits": {"total": total, "hits": [dict(h) for h in hits]}}, 16)
+        assert window.next_round(16) is None and window.complete(16) is complete, total
 
 
 def test_unexpected_shapes_raise_collapse_error() -> None:
@@ -414,3 +478,15 @@ def test_the_engine_is_learned_from_its_answers() -> None:
     elastic = Engine()
     elastic.note_headers(CIMultiDict({"X-elastic-product": "Elasticsearch"}))
     assert elastic.known and not elastic.is_opensearch
+
+
+def test_the_result_window_is_the_smallest_of_the_indices() -> None:
+    """``index.max_result_window`` per index from the ``_settings`` answer (set, else default,
+    else the engines' default): the smallest bounds a window over all of them."""
+    answer = {"a": {"settings": {"index.max_result_window": "500"}, "defaults": {}},
+              "b": {"settings": {}, "defaults": {"index.max_result_window": "10000"}},
+              "c": {"settings": {}}}
+    assert smallest(answer) == 500
+    assert smallest({"b": answer["b"], "c": answer["c"]}) == 10_000
+    for unreadable in ({}, None, [], {"a": "x"}, {"a": {"settings": {"index.max_result_window": "many"}}}):
+        assert smallest(unreadable) is None

@@ -5,6 +5,10 @@ stored cluster ids (:mod:`neardup.proxy.handlers.native_collapse`): the mapping 
 concrete index behind the expression, and whether every document holds a cluster id. They are
 checked with upstream calls (:mod:`neardup.proxy.handlers.pushdown`) and remembered here for
 :data:`CHECK_SECONDS` per key; concurrent askers of a cold key share one check.
+
+The same cache remembers an expression's result window for pages deeper than
+``collapse.max_window`` (:mod:`neardup.proxy.handlers.result_window`), for
+:data:`RESULT_WINDOW_SECONDS`.
 """
 
 from __future__ import annotations
@@ -13,14 +17,19 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from neardup.proxy.handlers.native_collapse import clusters_match
 
 #: How long the facts about an index expression are reused.
 CHECK_SECONDS = 5.0
+#: How long an index expression's result window (``index.max_result_window``) is reused: a
+#: setting changed by hand, rarely, and asked only for pages past ``collapse.max_window``.
+RESULT_WINDOW_SECONDS = 60.0
 #: At most this many index expressions are remembered per worker (the oldest go first).
 MAX_ENTRIES = 1024
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -34,14 +43,15 @@ class Facts:
         return self.complete and clusters_match(self.metas, threshold, mode, version)
 
 
-class FactsCache:
-    """Facts per key for :data:`CHECK_SECONDS`; concurrent askers of a cold key share one check."""
+class FactsCache(Generic[T]):
+    """Facts (a :class:`Facts`, or another answer of a check) per key for ``seconds``
+    (:data:`CHECK_SECONDS`); concurrent askers of a cold key share one check."""
 
     def __init__(self, seconds: float = CHECK_SECONDS) -> None:
         self.seconds = seconds
-        self._entries: dict[tuple[str, str], tuple[float, asyncio.Future[Facts | None]]] = {}
+        self._entries: dict[tuple[str, str], tuple[float, asyncio.Future[T]]] = {}
 
-    async def get(self, key: tuple[str, str], check: Callable[[], Awaitable[Facts | None]]) -> Facts | None:
+    async def get(self, key: tuple[str, str], check: Callable[[], Awaitable[T]]) -> T:
         now = time.monotonic()
         entry = self._entries.get(key)
         if entry is None or now - entry[0] >= self.seconds:

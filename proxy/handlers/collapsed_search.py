@@ -3,8 +3,9 @@
 The imperative shell around :mod:`neardup.proxy.handlers.search_plan` (planning, merging) and
 :mod:`neardup.proxy.grouping.collapse` (grouping). The hits of a window ``[0, W)`` are fetched in
 rounds until the page of ``from + size`` groups is full, the hits run out or
-``collapse.max_window`` is reached; a search the cluster can group itself goes the push-down
-path instead (:mod:`neardup.proxy.handlers.pushdown`). Anything unexpected in an upstream answer makes
+``collapse.max_window`` is reached, where a page still short is extended or refused
+(:mod:`neardup.proxy.handlers.result_window`); a search the cluster can group itself goes the
+push-down path instead (:mod:`neardup.proxy.handlers.pushdown`). Anything unexpected in an upstream answer makes
 the proxy fail open (:func:`neardup.proxy.handlers.exchange.fail_open`). A 4xx answer to a rewritten
 search is replaced by Elasticsearch's answer to the original request, so the client sees
 Elasticsearch's own error.
@@ -19,7 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from neardup.proxy.grouping import collapse
-from neardup.proxy.handlers import exchange, filter_path, pushdown, source_check
+from neardup.proxy.handlers import exchange, filter_path, pushdown, result_window, source_check
 from neardup.proxy.handlers.context import OUTCOME, Incoming, Item, ProxyState, receive
 from neardup.proxy.handlers.params import Controls, Settings, has_invalid_escape, resolve, split_query, wants_pretty
 from neardup.proxy.handlers.routes import index_of
@@ -140,6 +141,8 @@ async def _collapse_one(state: ProxyState, incoming: Incoming, plan: Plan) -> we
         groups, fingerprinted = collapse.group(window.hits, plan.channel, plan.settings.threshold,
                                                plan.settings.mode, state.algorithms)
         following = window.next_round(len(groups))
+        if following is None and not window.complete(len(groups)):   # a deep page: extend or 400
+            following = await result_window.extend(state, request, index_of(incoming.raw_path), window, len(groups))
         if following is None:
             break
         offset, count = following
@@ -315,6 +318,7 @@ async def _collapse_many(state: ProxyState, incoming: Incoming, items: list[Item
                 pushdown.take_answer(state, incoming, item, answer)
             else:
                 _advance_item(state, item, answer)
+        await result_window.extend_items(state, request, batch)   # deep pages: extend or 400
     collapsed = 0
     results = []
     for item in items:

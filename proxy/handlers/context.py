@@ -15,7 +15,7 @@ from aiohttp import web
 
 from neardup.config import Config
 from neardup.proxy.grouping.collapse import Algorithms
-from neardup.proxy.handlers.cluster_facts import FactsCache
+from neardup.proxy.handlers.cluster_facts import RESULT_WINDOW_SECONDS, Facts, FactsCache
 from neardup.proxy.handlers.metrics import Metrics
 from neardup.proxy.handlers.search_plan import Plan, Window
 from neardup.proxy.transport import errors, framing
@@ -31,7 +31,8 @@ class ProxyState:
     algorithms: Algorithms
     policy: Policy          # read-only mode and path allow-list, compiled once
     admitted: int = 0       # requests in flight that count against proxy.max_in_flight
-    pushdown_facts: FactsCache = field(default_factory=FactsCache)  # cluster push-down checks, per worker
+    pushdown_facts: FactsCache[Facts | None] = field(default_factory=FactsCache)  # cluster push-down checks
+    result_windows: FactsCache[int | None] = field(default_factory=lambda: FactsCache(RESULT_WINDOW_SECONDS))
 
 
 STATE: web.AppKey[ProxyState] = web.AppKey("neardup_state", ProxyState)

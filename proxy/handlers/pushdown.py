@@ -26,7 +26,6 @@ dropped and the window path answers the search instead.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -37,47 +36,23 @@ from aiohttp import web
 from neardup.fingerprint import scheme_version
 from neardup.proxy.grouping import collapse, similarity
 from neardup.proxy.handlers import exchange, native_collapse
+from neardup.proxy.handlers.cluster_calls import call_json, check_headers, identity
 from neardup.proxy.handlers.cluster_facts import Facts
 from neardup.proxy.handlers.context import OUTCOME, Incoming, Item, ProxyState
 from neardup.proxy.handlers.routes import index_of
 from neardup.proxy.handlers.search_plan import Plan, apply_filter, round_request, strip_added_beyond_hits
-from neardup.proxy.transport import framing, jsonio
+from neardup.proxy.transport import jsonio
 
 log = logging.getLogger("neardup.proxy")
 
-#: Headers of the client's that identify who asks (the facts are remembered per identity).
-_IDENTITY_HEADERS = ("authorization", "es-security-runas-user")
-_DROPPED_HEADERS = ("content-length", "content-encoding", "accept-encoding", "content-type", "accept")
-
-
-def _identity(request: web.Request) -> str:
-    values = "\n".join(f"{name}={value}" for name in _IDENTITY_HEADERS
-                       for value in request.headers.getall(name, []))
-    return hashlib.sha256(values.encode()).hexdigest()[:16] if values else ""
-
-
-def _check_headers(request: web.Request) -> list[tuple[str, str]]:
-    headers = framing.request_headers(request.headers, drop=_DROPPED_HEADERS)
-    return headers + [("Content-Type", "application/json"), ("Accept", "application/json")]
-
-
-async def _call(state: ProxyState, method: str, path_qs: str, headers: list[tuple[str, str]],
-                body: bytes | None) -> Any:
-    """The parsed JSON answer of one upstream call, or None when it is not a 200."""
-    reply = await state.upstream.exchange(method, path_qs, headers, body)
-    if reply.status != 200:
-        return None
-    return jsonio.loads(framing.gunzip_response(reply.body, reply.headers.get("Content-Encoding")))
-
-
 async def _check(state: ProxyState, request: web.Request, index: str) -> Facts | None:
     target = quote(index or "_all", safe=",*")
-    headers = _check_headers(request)
+    headers = check_headers(request)
     try:
         mappings, count = await asyncio.gather(
-            _call(state, "GET", f"/{target}/_mapping", headers, None),
-            _call(state, "POST", f"/{target}/_count", headers,
-                  jsonio.dumps({"query": native_collapse.missing_clusters_query()})))
+            call_json(state.upstream, "GET", f"/{target}/_mapping", headers, None),
+            call_json(state.upstream, "POST", f"/{target}/_count", headers,
+                      jsonio.dumps({"query": native_collapse.missing_clusters_query()})))
         if not isinstance(mappings, dict) or not mappings or not isinstance(count, dict):
             return None
         metas = {name: (value.get("mappings") or {}).get("_meta") if isinstance(value, dict) else None
@@ -93,7 +68,7 @@ async def allowed(state: ProxyState, request: web.Request, index: str, plan: Pla
     """Whether this planned search of ``index`` is pushed down (cached facts, see the module)."""
     if native_collapse.refusal(plan.body, params, index) is not None:
         return False
-    key = (index, _identity(request))
+    key = (index, identity(request))
     facts = await state.pushdown_facts.get(key, lambda: _check(state, request, index))
     if facts is None or not facts.complete:   # the usual answer: no clusters; decided at once
         return False
@@ -102,7 +77,7 @@ async def allowed(state: ProxyState, request: web.Request, index: str, plan: Pla
 
 
 def forget(state: ProxyState, request: web.Request, index: str) -> None:
-    state.pushdown_facts.forget((index, _identity(request)))
+    state.pushdown_facts.forget((index, identity(request)))
 
 
 def upstream_request(plan: Plan, max_window: int) -> tuple[str, dict[str, Any], int]:

@@ -7,9 +7,10 @@ the first round asks for ``W₀`` hits with everything the client asked for (agg
 suggestions, ``track_total_hits``…); when the window's grouping holds fewer than ``from+size``
 groups and more hits exist, a *tail* round fetches the next hits ``[W, 2W)`` without
 aggregations, suggestions or total counting, until the page is full, the results run out or
-``collapse.max_window`` is reached. The first window is ``from+size`` plus 12% (at least 3)
-spare hits, enough for the duplicates of a typical page, so most searches take one round and
-fetch few more hits than the client asked for.
+the window's limit is reached: ``collapse.max_window``, or the result window for a page it
+cannot fill (:mod:`neardup.proxy.handlers.deep_pages`). The first window is ``from+size`` plus
+12% (at least 3) spare hits, enough for the duplicates of a typical page, so most searches take
+one round and fetch few more hits than the client asked for.
 
 The response keeps the first round's metadata (``hits.total``, ``aggregations``, ``suggest``,
 ``_shards``, …) with ``took`` summed over the rounds; only ``hits.hits`` is replaced by the page.
@@ -277,7 +278,11 @@ class Window:
     took: int = 0
     exhausted: bool = False
     fetched: int = 0        # hits received from the upstream so far: the next round's offset
+    limit: int = 0          # most hits the window may hold: ``max_window`` until extended
     _seen: set[tuple[Any, ...]] = field(default_factory=set, repr=False)
+
+    def __post_init__(self) -> None:
+        self.limit = self.limit or self.plan.max_window
 
     def add_round(self, response: Any, requested: int) -> None:
         """Append one round's hits; raises :class:`collapse.CollapseError` on a strange shape."""
@@ -304,11 +309,26 @@ class Window:
         self.exhausted = len(page) < requested or len(kept) == before
 
     def next_round(self, groups: int) -> tuple[int, int] | None:
-        """(offset, count) of the next round, or None when the window is final."""
+        """(offset, count) of the next round, or None when the window is final (at its
+        :attr:`limit`, or :meth:`complete`)."""
         fetched = self.fetched
-        if groups >= self.plan.wanted_groups or self.exhausted or fetched >= self.plan.max_window:
+        if groups >= self.plan.wanted_groups or self.exhausted or fetched >= self.limit:
             return None
-        return fetched, min(fetched, self.plan.max_window - fetched)
+        return fetched, min(fetched, self.limit - fetched)
+
+    def complete(self, groups: int) -> bool:
+        """Whether the page of a window holding ``groups`` groups is the client's whole page:
+        it is full, or no hit lies beyond the window (a short last page)."""
+        return groups >= self.plan.wanted_groups or self.exhausted or self._all_fetched()
+
+    def _all_fetched(self) -> bool:
+        """The window holds every hit the first round counted exactly (``hits.total``; -1 with
+        ``rest_total_hits_as_int`` when nothing was counted)."""
+        hits = self.first.get("hits") if self.first is not None else None
+        total = hits.get("total") if isinstance(hits, dict) else None
+        if isinstance(total, dict):
+            total = total.get("value") if total.get("relation") == "eq" else None
+        return type(total) is int and 0 <= total <= self.fetched
 
 
 def _identity(hit: Any) -> tuple[Any, ...] | None:
@@ -333,7 +353,7 @@ def finish(window: Window, groups: list[list[int]], fingerprinted: int) -> dict[
     response = strip_added_beyond_hits(plan, dict(window.first))
     response["took"] = window.took
     response["hits"] = {**window.first["hits"], "hits": page.hits}
-    complete = len(groups) >= plan.wanted_groups or window.exhausted
+    complete = window.complete(len(groups))
     response[collapse.SUMMARY_KEY] = collapse.summary(
         page, plan.settings.threshold, plan.settings.mode, len(window.hits), fingerprinted, complete)
     return response

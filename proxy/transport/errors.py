@@ -64,6 +64,22 @@ def illegal_argument(reason: str) -> ProxyError:
     return ProxyError(400, "illegal_argument_exception", reason)
 
 
+def collapsed_window_too_large(wanted: int, groups: int, hits: int, bound: str) -> ProxyError:
+    """HTTP 400 ``illegal_argument_exception`` for a page of near-duplicate groups that the
+    result window cannot fill: the first ``hits`` hits (the most ``bound`` allows) hold only
+    ``groups`` groups, fewer than ``from + size`` = ``wanted``. Worded as Elasticsearch's own
+    refusal of a ``from + size`` over ``index.max_result_window``, with what to do instead."""
+    if bound == "index.max_result_window":
+        raise_it = "raise the [index.max_result_window] index level setting"
+    else:
+        raise_it = f'raise [{bound}] or set [collapse.deep_pages] to "extend"'
+    return illegal_argument(
+        f"Result window is too large for collapsed near-duplicates, from + size must be less than or "
+        f"equal to: [{groups}] but was [{wanted}]. The first [{hits}] hits, the most [{bound}] allows, "
+        f"hold [{groups}] groups. Lower from + size, page on with search_after (not collapsed), "
+        f"{raise_it}, or run `neardup cluster` on the index so that the engine collapses at any depth.")
+
+
 def body_too_large(size: int | None, limit: int) -> ProxyError:
     seen = f"{size} bytes" if size is not None else f"more than {limit} bytes"
     return ProxyError(413, "content_too_long_exception",

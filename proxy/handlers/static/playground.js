@@ -406,7 +406,7 @@
       ["hits collapsed", nd.collapsed, "collapsed"],
       ["hits fetched (window)", nd.window, "window"],
       ["with a fingerprint", nd.fingerprinted, "fingerprinted"],
-      ["page complete", nd.complete ? "yes" : "no (max_window reached)", "complete"],
+      ["page complete", nd.complete ? "yes" : "no", "complete"],
       ["matching documents", totalText, "total"],
       ["took (collapsed / plain)", collapsed.took + " / " + plain.took + " ms", "took"]
     ] : [["not collapsed", skipped || "the proxy did not collapse this search", "skipped"]];
