@@ -222,6 +222,15 @@ class CollapseConfig(_Section):
     max_window: Annotated[int, Field(ge=1, le=10_000)] = 1000
     #: Per-index overrides, keyed by index name or pattern (``news-*``).
     indices: dict[str, IndexOverride] = Field(default_factory=dict)
+    #: Hits without a stored fingerprint of the current scheme are fingerprinted by the proxy
+    #: from their ``indexer.fields`` (:mod:`neardup.proxy.handlers.missing_fingerprints`).
+    fingerprint_missing: bool = True
+    #: ... at most this many hits per request (cached or computed); beyond, a hit stays ungrouped
+    fingerprint_max_hits: Annotated[int, Field(ge=0, le=10_000)] = 200
+    #: ... and at most this much CPU time per request, milliseconds
+    fingerprint_cpu_ms: Annotated[float, Field(gt=0, le=60_000)] = 50.0
+    #: ... remembered in a least-recently-used cache of this many texts per worker (0: none)
+    fingerprint_cache_entries: Annotated[int, Field(ge=0, le=10_000_000)] = 20_000
 
 
 class IndexerConfig(_Section):
