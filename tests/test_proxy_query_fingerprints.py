@@ -266,3 +266,16 @@ def test_off_keeps_hits_without_fingerprint_apart(es_url: str, engine: ClusterIn
         assert mine["neardup"]["collapsed"] == mine["neardup"]["fingerprinted"] == 0
         assert "fingerprinted_at_query_time" not in mine["neardup"]
         assert METRIC not in running.metrics.counters
+
+
+def test_the_request_overrides_the_configuration(es_url: str, engine: ClusterInfo, fresh: str,
+                                                proxy: ProxyThread) -> None:  # noqa: F811
+    body = {"sort": ["rank"], "size": 30}
+    config = make_config(es_url, collapse={"fingerprint_missing": False})
+    with ProxyThread(config, engine=engine) as running:
+        status, raw = post(running.url + f"/{fresh}/_search?neardup_fingerprint_missing=on", body)
+    assert status == 200 and json.loads(raw)["neardup"]["collapsed"] == 12
+    status, head, raw = http(proxy.url + f"/{fresh}/_search", "POST", json.dumps(body).encode(),
+                             {"Content-Type": "application/json", "X-Neardup-Fingerprint-Missing": "off"})
+    summary = json.loads(raw)["neardup"]
+    assert status == 200 and summary["collapsed"] == 0 and "fingerprinted_at_query_time" not in summary

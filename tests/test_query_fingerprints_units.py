@@ -6,6 +6,7 @@ import threading
 
 from msgspec import Raw
 
+from neardup.config import CollapseConfig
 from neardup.fingerprint import Fingerprinter, FingerprintParams, jit
 from neardup.fingerprint.texts import compute_fingerprint, document_text
 from neardup.proxy.grouping import collapse
@@ -18,6 +19,7 @@ from neardup.proxy.grouping.query_fingerprints import (
     source_text,
     text_digest,
 )
+from neardup.proxy.handlers.params import parse_controls, resolve
 
 PARAMS = FingerprintParams()
 FP = Fingerprinter(PARAMS)
@@ -120,3 +122,12 @@ def test_disable_in_this_thread_leaves_other_threads_alone() -> None:
     thread.join()
     assert seen == [True]
     assert jit.set_enabled(True) is True   # the process-wide switch is untouched
+
+
+def test_the_request_control_overrides_the_configuration() -> None:
+    controls, query, given = parse_controls("neardup_fingerprint_missing=off&q=x", {})
+    assert controls.fingerprint_missing is False and query == "q=x" and given
+    assert resolve(controls, CollapseConfig(), "news").fingerprint_missing is False
+    assert resolve(parse_controls("", {})[0], CollapseConfig(), "news").fingerprint_missing is True
+    header, _, _ = parse_controls("", {"X-Neardup-Fingerprint-Missing": "on"})
+    assert resolve(header, CollapseConfig(fingerprint_missing=False), "news").fingerprint_missing is True

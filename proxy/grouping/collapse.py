@@ -9,7 +9,9 @@ Given the hits of a result window ``h_0 … h_{W-1}`` in rank order and their fi
   label is the smallest member index, i.e. the best-ranked hit of the group, its *representative*;
 * groups are ordered by the rank of their representative, and the page ``[from, from+size)`` is
   counted in groups;
-* a hit without a fingerprint of the current scheme version is a group of its own.
+* a hit without a fingerprint of the current scheme version is a group of its own, unless one
+  computed at query time is :func:`supply`-ed for it
+  (:mod:`neardup.proxy.handlers.missing_fingerprints`).
 
 Each representative stays where it is; the other members go, in rank order, under its
 ``inner_hits.neardup`` in Elasticsearch's collapse format, and it gets its group key in

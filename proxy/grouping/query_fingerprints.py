@@ -107,7 +107,8 @@ _WARM_UP = ("Crude oil prices rose after the cartel cut its output.",
             "Цены на нефть выросли после того, как картель сократил добычу.")
 
 
-def _start_thread(params: FingerprintParams) -> None:
+def start_thread(params: FingerprintParams) -> None:
+    """Set up the calling thread (or process) to fingerprint: NumPy only, a warm fingerprinter."""
     jit.disable_in_this_thread()
     fingerprinter = _thread.fingerprinter = Fingerprinter(params)
     for text in _WARM_UP:
@@ -150,7 +151,7 @@ class QueryFingerprints:
     def executor(self) -> ThreadPoolExecutor:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="neardup-fingerprint",
-                                                initializer=_start_thread, initargs=(self.params,))
+                                                initializer=start_thread, initargs=(self.params,))
         return self._executor
 
     def start(self) -> None:

@@ -145,7 +145,7 @@ async def _collapse_one(state: ProxyState, incoming: Incoming, plan: Plan) -> we
         offset, count = following
     annotate_page(window, groups, state.algorithms.read)
     response = source_check.finish(state, window, groups, fingerprinted)
-    missing_fingerprints.summarize(response[collapse.SUMMARY_KEY], window.hits, budget)
+    missing_fingerprints.summarize(response[collapse.SUMMARY_KEY], plan, window.hits)
     exchange.record(state, incoming, response[collapse.SUMMARY_KEY]["collapsed"])
     return exchange.respond(incoming, 200, first_headers, apply_filter(plan.filter, response), plan.pretty)
 
@@ -323,7 +323,7 @@ async def _collapse_many(state: ProxyState, incoming: Incoming, items: list[Item
         if item.window is not None and item.result is None:
             annotate_page(item.window, item.groups, state.algorithms.read)
             item.result = finish(item.window, item.groups, item.fingerprinted)
-            missing_fingerprints.summarize(item.result[collapse.SUMMARY_KEY], item.window.hits, budget)
+            missing_fingerprints.summarize(item.result[collapse.SUMMARY_KEY], item.window.plan, item.window.hits)
             collapsed += item.result[collapse.SUMMARY_KEY]["collapsed"]
         results.append(item.result)
     assert first is not None
@@ -337,7 +337,7 @@ def _carries_own_search(item: Item) -> bool:
 
 
 async def _advance_item(state: ProxyState, incoming: Incoming, item: Item, answer: Any,
-                        budget: missing_fingerprints.Budget | None) -> None:
+                        budget: missing_fingerprints.Budget) -> None:
     """Take one search's answer of a round: final, or schedule its next round or its fallback."""
     if item.original:
         item.result = answer

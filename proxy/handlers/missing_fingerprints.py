@@ -41,11 +41,9 @@ SUMMARY_SKIPPED = "fingerprint_skipped"
 METRIC = "neardup_proxy_query_fingerprints_total"
 
 
-def budget(state: ProxyState) -> Budget | None:
-    """A fresh budget for one request, or None when ``collapse.fingerprint_missing`` is off."""
+def budget(state: ProxyState) -> Budget:
+    """A fresh budget for one request (its searches share it)."""
     config = state.config.collapse
-    if not config.fingerprint_missing:
-        return None
     return Budget(hits=config.fingerprint_max_hits, cpu_seconds=config.fingerprint_cpu_ms / 1000)
 
 
@@ -64,13 +62,14 @@ def _worker(state: ProxyState) -> QueryFingerprints:
 
 
 async def group(state: ProxyState, incoming: Incoming, plan: Plan, hits: Sequence[Any],
-                budget: Budget | None) -> tuple[list[list[int]], int]:
+                budget: Budget) -> tuple[list[list[int]], int]:
     """:func:`neardup.proxy.grouping.collapse.group` of the window, with the fingerprints of
-    the hits that lack one computed first (when ``budget`` is given: the feature is on)."""
+    the hits that lack one computed first when the search's settings ask for it."""
     settings = plan.settings
     groups, fingerprinted = collapse.group(hits, plan.channel, settings.threshold, settings.mode,
                                            state.algorithms)
-    if budget is None or settings.mode == tfidf_groups.MODE or not isinstance(hits, collapse.WindowHits):
+    if not settings.fingerprint_missing or settings.mode == tfidf_groups.MODE \
+            or not isinstance(hits, collapse.WindowHits):
         return groups, fingerprinted
     if await _fill(state, incoming, plan, hits, budget):
         groups, fingerprinted = collapse.group(hits, plan.channel, settings.threshold, settings.mode,
@@ -78,9 +77,9 @@ async def group(state: ProxyState, incoming: Incoming, plan: Plan, hits: Sequenc
     return groups, fingerprinted
 
 
-def summarize(summary: dict[str, Any], hits: Sequence[Any], budget: Budget | None) -> None:
+def summarize(summary: dict[str, Any], plan: Plan, hits: Sequence[Any]) -> None:
     """Add the query-time counts of a window to its response's ``neardup`` summary (feature on)."""
-    if budget is not None:
+    if plan.settings.fingerprint_missing:
         summary[SUMMARY_FINGERPRINTED] = len(hits.computed) if isinstance(hits, collapse.WindowHits) else 0
         summary[SUMMARY_SKIPPED] = hits.skipped if isinstance(hits, collapse.WindowHits) else 0
 
