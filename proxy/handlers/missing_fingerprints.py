@@ -103,30 +103,24 @@ async def _fill(state: ProxyState, incoming: Incoming, plan: Plan, hits: collaps
         texts = {p: text for p in taken if (text := source_text(hits[p].get("_source"), worker.fields))}
     else:
         texts = await _fetch_texts(state, incoming, hits, taken, worker.fields)
-    found: dict[int, Any] = {}
-    keys = {p: (worker.version, text_digest(text)) for p, text in texts.items()}
-    to_compute = []
-    for position, key in keys.items():
-        cached = worker.cache.get(key)
-        if cached is not None:
-            found[position] = cached
-        else:
-            to_compute.append(position)
+    found, pending = _cached(worker, texts)
     budget.cached += len(found)
-    if to_compute and budget.cpu_seconds > 0:
+    if pending and budget.cpu_seconds > 0:
         loop = asyncio.get_running_loop()
+        # one computation per distinct text (exact copies in one window are common in news)
         values, spent = await loop.run_in_executor(worker.executor(), in_thread,
-                                                   [texts[p] for p in to_compute], budget.cpu_seconds)
+                                                   [texts[positions[0]] for positions in pending.values()],
+                                                   budget.cpu_seconds)
         budget.cpu_seconds -= spent
-        for position, value in zip(to_compute, values):
-            if value is not None:
-                worker.cache.put(keys[position], value)
-                found[position] = value
-                budget.computed += 1
-            else:
-                budget.skipped += 1
+        for (key, positions), value in zip(pending.items(), values):
+            if value is None:
+                budget.skipped += len(positions)
+                continue
+            worker.cache.put(key, value)
+            found.update((position, value) for position in positions)
+            budget.computed += len(positions)
     else:
-        budget.skipped += len(to_compute)
+        budget.skipped += sum(map(len, pending.values()))
     collapse.supply(hits, found)
     hits.skipped += budget.skipped - before[2]
     for outcome, count, earlier in zip(("computed", "cached", "skipped"),
@@ -134,6 +128,21 @@ async def _fill(state: ProxyState, incoming: Incoming, plan: Plan, hits: collaps
         if count > earlier:
             state.metrics.inc(METRIC, count - earlier, outcome=outcome)
     return bool(found)
+
+
+def _cached(worker: QueryFingerprints, texts: dict[int, str]
+            ) -> tuple[dict[int, Any], dict[tuple[str, bytes], list[int]]]:
+    """({position: cached fingerprint}, {cache key: positions of the texts not cached})."""
+    found: dict[int, Any] = {}
+    pending: dict[tuple[str, bytes], list[int]] = {}
+    for position, text in texts.items():
+        key = (worker.version, text_digest(text))
+        cached = worker.cache.get(key)
+        if cached is not None:
+            found[position] = cached
+        else:
+            pending.setdefault(key, []).append(position)
+    return found, pending
 
 
 async def _fetch_texts(state: ProxyState, incoming: Incoming, hits: Sequence[Any], positions: Sequence[int],
