@@ -95,11 +95,13 @@ def load_reuters(es: Elasticsearch, es_url: str) -> str:
     return name
 
 
-def start_proxy(es_url: str, workers: int = 1) -> tuple[subprocess.Popen[str], str, list[int]]:
+def start_proxy(es_url: str, workers: int = 1, settings: dict[str, str] | None = None
+                ) -> tuple[subprocess.Popen[str], str, list[int]]:
     """The proxy subprocess, its URL and the pids whose CPU it spends (the workers: with
-    ``--workers N`` > 1 the parent only supervises and forks N workers)."""
+    ``--workers N`` > 1 the parent only supervises and forks N workers); ``settings``: more
+    ``NEARDUP_*`` configuration variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEARDUP_")}
-    env.update({"PYTHONPATH": str(ROOT), "NEARDUP_LOGGING__LEVEL": "WARNING"})
+    env.update({"PYTHONPATH": str(ROOT), "NEARDUP_LOGGING__LEVEL": "WARNING", **(settings or {})})
     process = subprocess.Popen([sys.executable, "-m", "neardup", "proxy", "--port", "0",
                                 "--upstream", es_url, "--workers", str(workers)],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ROOT, text=True)

@@ -21,17 +21,19 @@ code is compiled once per machine and cache directory and loaded from there by l
 
 from __future__ import annotations
 
+import threading
 import warnings
 from types import ModuleType
 
 _state: dict[str, ModuleType | None] = {}
 _enabled = True
+_thread = threading.local()
 
 
 def kernels() -> ModuleType | None:
     """:mod:`neardup.fingerprint._kernels` if compiled kernels are enabled and importable, else
     None."""
-    if not _enabled:
+    if not _enabled or getattr(_thread, "off", False):
         return None
     if "module" not in _state:
         try:
@@ -51,3 +53,9 @@ def set_enabled(enabled: bool) -> bool:
     global _enabled
     previous, _enabled = _enabled, enabled
     return previous
+
+
+def disable_in_this_thread() -> None:
+    """Switch the compiled kernels off for the calling thread only (a thread that fingerprints
+    in a process that must not load numba, while other threads may use them)."""
+    _thread.off = True

@@ -14,6 +14,10 @@ Outcome for one document:
 * ``empty``: the fields hold text, but all of it is blank.
 
 Documents that are not ``ok`` get no fingerprint; they are reported, never altered.
+
+The text fingerprinted is the texts of an ``ok`` document joined by newlines
+(:func:`document_text`); :func:`compute_fingerprint` is what the indexer writes and what the
+proxy computes for a hit that has no stored fingerprint, so both give the same value.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from neardup.fingerprint.fingerprinter import Fingerprinter
+from neardup.fingerprint.model import Fingerprint
 
 Outcome = Literal["ok", "no_field", "non_string", "empty"]
 
@@ -78,3 +85,17 @@ def document_texts(source: Mapping[str, Any], fields: Sequence[str]) -> Texts:
     if not any(text.strip() for text in texts):
         return Texts("empty", ignored_values=ignored)
     return Texts("ok", tuple(texts), ignored)
+
+
+def document_text(source: Mapping[str, Any], fields: Sequence[str]) -> tuple[Outcome, str | None]:
+    """The outcome for ``source`` and, when it is ``ok``, the text fingerprinted: its texts
+    joined by newlines, in field order."""
+    texts = document_texts(source, fields)
+    return texts.outcome, "\n".join(texts.texts) if texts.outcome == "ok" else None
+
+
+def compute_fingerprint(source: Mapping[str, Any], fields: Sequence[str],
+                        fingerprinter: Fingerprinter) -> tuple[Outcome, Fingerprint | None]:
+    """The outcome for ``source`` and, when it holds text, its fingerprint."""
+    outcome, text = document_text(source, fields)
+    return outcome, None if text is None else fingerprinter.fingerprint(text)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from neardup.fingerprint import FIELD, Fingerprint, Fingerprinter
-from neardup.fingerprint.texts import Outcome, document_texts
+from neardup.fingerprint.texts import compute_fingerprint
 from neardup.indexer.cluster.documents import BANDS, CLUSTER, SOURCE_FIELDS
 from neardup.indexer.jsonlines import Line
 
@@ -48,15 +48,6 @@ _IDENTITY_KEYS = ("v", "sig", "n")
 #: The stored ``neardup`` values the indexer reads with each document (``_source`` paths): the
 #: identity keys and the cluster keys, the same paths ``neardup cluster`` reads.
 STORED_PATHS = tuple(SOURCE_FIELDS)
-
-
-def compute_fingerprint(source: Mapping[str, Any], fields: Sequence[str],
-                        fingerprinter: Fingerprinter) -> tuple[Outcome, Fingerprint | None]:
-    """The outcome for ``source`` and, when it holds text, its fingerprint."""
-    texts = document_texts(source, fields)
-    if texts.outcome != "ok":
-        return texts.outcome, None
-    return "ok", fingerprinter.fingerprint_fields(texts.texts)
 
 
 def fingerprint_changed(existing: Any, value: Mapping[str, Any]) -> bool:

@@ -227,6 +227,15 @@ class CollapseConfig(_Section):
     #: A page that ``max_window`` hits cannot fill: ``extend`` the window up to the indices'
     #: ``index.max_result_window``, or ``refuse`` it with 400.
     deep_pages: DeepPages = "extend"
+    #: Hits without a stored fingerprint of the current scheme are fingerprinted by the proxy
+    #: from their ``indexer.fields`` (:mod:`neardup.proxy.handlers.missing_fingerprints`).
+    fingerprint_missing: bool = True
+    #: ... at most this many hits per request (cached or computed); beyond, a hit stays ungrouped
+    fingerprint_max_hits: Annotated[int, Field(ge=0, le=10_000)] = 200
+    #: ... and at most this much CPU time per request, milliseconds
+    fingerprint_cpu_ms: Annotated[float, Field(gt=0, le=60_000)] = 50.0
+    #: ... remembered in a least-recently-used cache of this many texts per worker (0: none)
+    fingerprint_cache_entries: Annotated[int, Field(ge=0, le=10_000_000)] = 20_000
 
 
 class IndexerConfig(_Section):

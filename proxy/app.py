@@ -26,7 +26,7 @@ from aiohttp import web
 from neardup.config import Config
 from neardup.proxy.grouping.collapse import Algorithms
 from neardup.proxy.grouping.fingerprints import default_algorithms
-from neardup.proxy.handlers import playground
+from neardup.proxy.handlers import missing_fingerprints, playground
 from neardup.proxy.handlers.context import OUTCOME, ROUTE, STATE, ProxyState
 from neardup.proxy.handlers.dispatch import proxy_request
 from neardup.proxy.handlers.metrics import Metrics
@@ -212,9 +212,13 @@ def create_app(config: Config, algorithms: Algorithms | None = None,
     async def start(app: web.Application) -> None:
         await app[STATE].upstream.start()
         await app[STATE].upstream.learn_engine()
+        missing_fingerprints.start(app[STATE])
 
     async def stop(app: web.Application) -> None:
         app[STATE].metrics.maybe_write_snapshot(force=True)
+        fingerprints = app[STATE].query_fingerprints
+        if fingerprints is not None:
+            fingerprints.close()
         await app[STATE].upstream.close()
 
     app.on_startup.append(start)

@@ -308,10 +308,29 @@ def test_collapsed_pages_match_exact_similarity(pes: Any, family_index: FamilyIn
     assert any(response["neardup"]["collapsed"] for response in [search(pes, index=index.name, sort=["rank"], size=8)])
 
 
-def test_hits_without_fingerprint_are_never_collapsed(pes: Any, family_index: FamilyIndex) -> None:
-    response = search(pes, index=family_index.name, query={"prefix": {"family": "x"}}, sort=["rank"])
+def test_hits_without_fingerprint_are_never_collapsed(es_url: str, engine: ClusterInfo,
+                                                     family_index: FamilyIndex) -> None:
+    # With query-time fingerprints off (collapse.fingerprint_missing = false): the behaviour the
+    # option keeps. With it on (the default) the three are fingerprinted and fold (next test).
+    config = make_config(es_url, collapse={"fingerprint_missing": False})
+    with ProxyThread(config, engine=engine) as running:
+        client = running.client()
+        response = search(client, index=family_index.name, query={"prefix": {"family": "x"}}, sort=["rank"])
+        client.close()
     assert [h["_id"] for h in response["hits"]["hits"]] == ["x-none", "x-old", "x-bad"]
     assert response["neardup"]["collapsed"] == 0 and response["neardup"]["fingerprinted"] == 0
+    assert "fingerprinted_at_query_time" not in response["neardup"]
+
+
+def test_hits_without_fingerprint_are_fingerprinted_at_query_time(pes: Any, family_index: FamilyIndex) -> None:
+    # x-none has none, x-old one of another scheme, x-bad a malformed one; the three hold one text
+    response = search(pes, index=family_index.name, query={"prefix": {"family": "x"}}, sort=["rank"])
+    [top] = response["hits"]["hits"]
+    assert top["_id"] == "x-none"
+    assert [h["_id"] for h in top["inner_hits"]["neardup"]["hits"]["hits"]] == ["x-old", "x-bad"]
+    summary = response["neardup"]
+    assert summary["collapsed"] == 2 and summary["fingerprinted"] == 3
+    assert summary["fingerprinted_at_query_time"] == 3 and summary["fingerprint_skipped"] == 0
 
 
 def test_threshold_and_mode_controls(proxy: ProxyThread, family_index: FamilyIndex) -> None:

@@ -9,7 +9,9 @@ Given the hits of a result window ``h_0 … h_{W-1}`` in rank order and their fi
   label is the smallest member index, i.e. the best-ranked hit of the group, its *representative*;
 * groups are ordered by the rank of their representative, and the page ``[from, from+size)`` is
   counted in groups;
-* a hit without a fingerprint of the current scheme version is a group of its own.
+* a hit without a fingerprint of the current scheme version is a group of its own, unless one
+  computed at query time is :func:`supply`-ed for it
+  (:mod:`neardup.proxy.handlers.missing_fingerprints`).
 
 Each representative stays where it is; the other members go, in rank order, under its
 ``inner_hits.neardup`` in Elasticsearch's collapse format, and it gets its group key in
@@ -93,11 +95,16 @@ class WindowHits(list):
     :func:`neardup.proxy.grouping.similarity.annotate` reuses the signatures instead of reading the page's
     fingerprints a second time. A plain list works too (everything is read on every call)."""
 
-    __slots__ = ("read_state",)
+    __slots__ = ("read_state", "computed", "looked_up", "skipped")
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.read_state: _ReadState | None = None
+        #: fingerprint objects computed at query time, by position, read instead of the stored
+        #: ones (:func:`supply`)
+        self.computed: dict[int, Any] = {}
+        self.looked_up = 0    # the hits before this position had a fingerprint looked for
+        self.skipped = 0      # hits left without one: a bound of the request was reached
 
 
 @dataclass
@@ -111,9 +118,10 @@ class _ReadState:
 
 def _check_and_read(hits: Sequence[Any], start: int, channel: Channel, stored: list[Any] | None) -> None:
     """Shape-check ``hits[start:]`` and append their stored fingerprints to ``stored`` (None:
-    only check)."""
+    only check); a fingerprint computed at query time stands in for the stored one."""
     by_source = channel == "_source"
     read_raw = source_fingerprint
+    computed = hits.computed if type(hits) is WindowHits else None
     for position in range(start, len(hits)):
         hit = hits[position]
         if not isinstance(hit, dict):
@@ -125,6 +133,9 @@ def _check_and_read(hits: Sequence[Any], start: int, channel: Channel, stored: l
             key = "fields" if not isinstance(fields, dict) else "inner_hits"
             raise CollapseError(f"hit {position} has a {key} that is not an object")
         if stored is None:
+            continue
+        if computed and position in computed:
+            stored.append(computed[position])
             continue
         if by_source:
             source = get("_source")
@@ -152,6 +163,18 @@ def _window_read(hits: Sequence[Any], channel: Channel, read: Reader) -> tuple[_
     if type(hits) is WindowHits:
         state = hits.read_state = _ReadState(channel, read, list(hits), stored)
     return state, stored
+
+
+def supply(hits: WindowHits, fingerprints: dict[int, Any]) -> None:
+    """Read ``fingerprints`` (position → fingerprint object, as stored under ``neardup``) for
+    those hits from now on, instead of what the hits hold; the next :func:`group` reads them."""
+    hits.computed.update(fingerprints)
+    state = hits.read_state
+    if state is not None and fingerprints:
+        for position, value in fingerprints.items():
+            if position < len(state.stored):
+                state.stored[position] = value
+        state.signatures = None
 
 
 def window_signatures(hits: Sequence[Any], channel: Channel, read: Reader) -> Signatures | None:

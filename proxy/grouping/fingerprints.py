@@ -2,7 +2,9 @@
 
 Stored fingerprints are read with :func:`neardup.fingerprint.read_signatures` (only ``sig`` and ``n``,
 one base64 decode per window); an object of another scheme version or of the wrong shape
-counts as "no fingerprint" and its hit is never collapsed.
+counts as "no fingerprint": the hit gets one computed from its text at query time
+(:mod:`neardup.proxy.grouping.query_fingerprints`, ``collapse.fingerprint_missing``), else it is
+never collapsed.
 """
 
 from __future__ import annotations

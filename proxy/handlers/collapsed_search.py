@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from neardup.proxy.grouping import collapse
-from neardup.proxy.handlers import exchange, filter_path, pushdown, result_window, source_check
+from neardup.proxy.handlers import exchange, filter_path, missing_fingerprints, pushdown, result_window, source_check
 from neardup.proxy.handlers.context import OUTCOME, Incoming, Item, ProxyState, receive
 from neardup.proxy.handlers.params import Controls, Settings, has_invalid_escape, resolve, split_query, wants_pretty
 from neardup.proxy.handlers.routes import index_of
@@ -117,6 +117,7 @@ async def _collapse_one(state: ProxyState, incoming: Incoming, plan: Plan) -> we
         if status != 200:
             return await _refused(incoming, status, upstream_headers, raw)
     window = Window(plan)
+    budget = missing_fingerprints.budget(state)
     offset, count = 0, plan.first_window()
     first_headers = None
     while True:
@@ -138,8 +139,7 @@ async def _collapse_one(state: ProxyState, incoming: Incoming, plan: Plan) -> we
                 raise exchange.FailOpen(str(exc)) from None
             took = max(took, window.took - before)
         window.took = took_before + took   # halves run at the same time: the longer one's took
-        groups, fingerprinted = collapse.group(window.hits, plan.channel, plan.settings.threshold,
-                                               plan.settings.mode, state.algorithms)
+        groups, fingerprinted = await missing_fingerprints.group(state, incoming, plan, window.hits, budget)
         following = window.next_round(len(groups))
         if following is None and not window.complete(len(groups)):   # a deep page: extend or 400
             following = await result_window.extend(state, request, index_of(incoming.raw_path), window, len(groups))
@@ -148,6 +148,7 @@ async def _collapse_one(state: ProxyState, incoming: Incoming, plan: Plan) -> we
         offset, count = following
     annotate_page(window, groups, state.algorithms.read)
     response = source_check.finish(state, window, groups, fingerprinted)
+    missing_fingerprints.summarize(response[collapse.SUMMARY_KEY], plan, window.hits)
     exchange.record(state, incoming, response[collapse.SUMMARY_KEY]["collapsed"])
     return exchange.respond(incoming, 200, first_headers, apply_filter(plan.filter, response), plan.pretty)
 
@@ -278,6 +279,7 @@ async def _collapse_many(state: ProxyState, incoming: Incoming, items: list[Item
     first_headers = None
     took = 0
     pretty = wants_pretty(params)
+    budget = missing_fingerprints.budget(state)
     while True:
         batch = [item for item in items if item.result is None and (item.original or item.pending)]
         if not batch:
@@ -317,7 +319,7 @@ async def _collapse_many(state: ProxyState, incoming: Incoming, items: list[Item
             if item.pushdown:  # answered, or back to the window path for the next round
                 pushdown.take_answer(state, incoming, item, answer)
             else:
-                _advance_item(state, item, answer)
+                await _advance_item(state, incoming, item, answer, budget)
         await result_window.extend_items(state, request, batch)   # deep pages: extend or 400
     collapsed = 0
     results = []
@@ -325,6 +327,7 @@ async def _collapse_many(state: ProxyState, incoming: Incoming, items: list[Item
         if item.window is not None and item.result is None:
             annotate_page(item.window, item.groups, state.algorithms.read)
             item.result = finish(item.window, item.groups, item.fingerprinted)
+            missing_fingerprints.summarize(item.result[collapse.SUMMARY_KEY], item.window.plan, item.window.hits)
             collapsed += item.result[collapse.SUMMARY_KEY]["collapsed"]
         results.append(item.result)
     assert first is not None
@@ -337,7 +340,8 @@ def _carries_own_search(item: Item) -> bool:
     return item.original or item.pushdown or (not item.probe and item.pending is not None and item.pending[0] == 0)
 
 
-def _advance_item(state: ProxyState, item: Item, answer: Any) -> None:
+async def _advance_item(state: ProxyState, incoming: Incoming, item: Item, answer: Any,
+                        budget: missing_fingerprints.Budget) -> None:
     """Take one search's answer of a round: final, or schedule its next round or its fallback."""
     if item.original:
         item.result = answer
@@ -353,6 +357,5 @@ def _advance_item(state: ProxyState, item: Item, answer: Any) -> None:
         return
     window, plan = item.window, item.plan
     window.add_round(answer, item.pending[1])
-    item.groups, item.fingerprinted = collapse.group(
-        window.hits, plan.channel, plan.settings.threshold, plan.settings.mode, state.algorithms)
+    item.groups, item.fingerprinted = await missing_fingerprints.group(state, incoming, plan, window.hits, budget)
     item.pending = window.next_round(len(item.groups))

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from neardup.config import Config
 from neardup.proxy.grouping.collapse import Algorithms
+from neardup.proxy.grouping.query_fingerprints import QueryFingerprints
 from neardup.proxy.handlers.cluster_facts import RESULT_WINDOW_SECONDS, Facts, FactsCache
 from neardup.proxy.handlers.metrics import Metrics
 from neardup.proxy.handlers.search_plan import Plan, Window
@@ -33,6 +34,7 @@ class ProxyState:
     admitted: int = 0       # requests in flight that count against proxy.max_in_flight
     pushdown_facts: FactsCache[Facts | None] = field(default_factory=FactsCache)  # cluster push-down checks
     result_windows: FactsCache[int | None] = field(default_factory=lambda: FactsCache(RESULT_WINDOW_SECONDS))
+    query_fingerprints: QueryFingerprints | None = None   # made at first use (handlers.missing_fingerprints)
 
 
 STATE: web.AppKey[ProxyState] = web.AppKey("neardup_state", ProxyState)

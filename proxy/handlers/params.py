@@ -2,19 +2,21 @@
 
 A request may override the configured collapsing with
 
-=====================  ==========================  ===================================
-query parameter        header                      values
-=====================  ==========================  ===================================
-``neardup``            ``X-Neardup``               ``on`` | ``off`` (also true/false)
-``neardup_threshold``  ``X-Neardup-Threshold``     a number from 0 to 1
-``neardup_mode``       ``X-Neardup-Mode``          ``resemblance`` | ``containment`` | ``tfidf``
-``neardup_source``     ``X-Neardup-Source``        an ``_id`` of the searched index
-=====================  ==========================  ===================================
+===============================  ===================================  ==============================
+query parameter                  header                               values
+===============================  ===================================  ==============================
+``neardup``                      ``X-Neardup``                        ``on`` | ``off`` (also true/false)
+``neardup_threshold``            ``X-Neardup-Threshold``              a number from 0 to 1
+``neardup_mode``                 ``X-Neardup-Mode``                   ``resemblance`` | ``containment`` | ``tfidf``
+``neardup_source``               ``X-Neardup-Source``                 an ``_id`` of the searched index
+``neardup_fingerprint_missing``  ``X-Neardup-Fingerprint-Missing``    ``on`` | ``off`` (also true/false)
+===============================  ===================================  ==============================
 
 ``tfidf`` groups hits by the TF-IDF cosine of their stored vectors (:mod:`neardup.proxy.grouping.tfidf_groups`); its
 threshold is ``tfidf.threshold`` unless the request gives ``neardup_threshold``.
 ``neardup_source`` (``_search`` only) marks the hits of the page that contain a fragment of
-that document (:mod:`neardup.proxy.handlers.source_check`).
+that document (:mod:`neardup.proxy.handlers.source_check`). ``neardup_fingerprint_missing`` overrides
+``collapse.fingerprint_missing`` (:mod:`neardup.proxy.handlers.missing_fingerprints`).
 
 They are removed before the request goes upstream (Elasticsearch rejects unknown parameters).
 A query parameter wins over the header of the same meaning. Anything invalid — an unknown
@@ -43,8 +45,9 @@ MODES: tuple[Mode, ...] = ("resemblance", "containment", "tfidf")
 PARAM_SWITCH, PARAM_THRESHOLD, PARAM_MODE = "neardup", "neardup_threshold", "neardup_mode"
 HEADER_SWITCH, HEADER_THRESHOLD, HEADER_MODE = "X-Neardup", "X-Neardup-Threshold", "X-Neardup-Mode"
 PARAM_SOURCE, HEADER_SOURCE = "neardup_source", "X-Neardup-Source"
+PARAM_MISSING, HEADER_MISSING = "neardup_fingerprint_missing", "X-Neardup-Fingerprint-Missing"
 _HEADER_OF = {PARAM_SWITCH: HEADER_SWITCH, PARAM_THRESHOLD: HEADER_THRESHOLD, PARAM_MODE: HEADER_MODE,
-              PARAM_SOURCE: HEADER_SOURCE}
+              PARAM_SOURCE: HEADER_SOURCE, PARAM_MISSING: HEADER_MISSING}
 _SWITCH_VALUES = {"on": True, "true": True, "off": False, "false": False}
 
 
@@ -56,6 +59,7 @@ class Controls:
     threshold: float | None = None
     mode: Mode | None = None
     source: str | None = None      # ``_id`` whose fragments the page's hits are checked for
+    fingerprint_missing: bool | None = None   # fingerprint hits without one at query time
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,9 @@ class Settings:
     #: ``neardup_source``: the document the page's hits are checked against, read by
     #: :func:`neardup.proxy.handlers.source_check.settings_for`.
     source: SourceDocument | None = None
+    #: Hits without a stored fingerprint are fingerprinted at query time
+    #: (:mod:`neardup.proxy.handlers.missing_fingerprints`).
+    fingerprint_missing: bool = True
 
     @property
     def text_fields(self) -> tuple[str, ...]:
@@ -162,7 +169,7 @@ def _parse_source(name: str, value: str) -> str:
 
 
 _PARSERS = {PARAM_SWITCH: _parse_switch, PARAM_THRESHOLD: _parse_threshold, PARAM_MODE: _parse_mode,
-            PARAM_SOURCE: _parse_source}
+            PARAM_SOURCE: _parse_source, PARAM_MISSING: _parse_switch}
 
 
 def parse_controls(raw_query: str, headers: Mapping[str, str]
@@ -198,7 +205,8 @@ def parse_controls(raw_query: str, headers: Mapping[str, str]
         if header_values:
             values[name] = parse(_HEADER_OF[name], header_values[0])
     controls = Controls(values.get(PARAM_SWITCH), values.get(PARAM_THRESHOLD),  # type: ignore[arg-type]
-                        values.get(PARAM_MODE), values.get(PARAM_SOURCE))  # type: ignore[arg-type]
+                        values.get(PARAM_MODE), values.get(PARAM_SOURCE),  # type: ignore[arg-type]
+                        values.get(PARAM_MISSING))  # type: ignore[arg-type]
     changed = len(kept) != len(parts)
     return controls, join_query(kept) if changed else raw_query, bool(values)
 
@@ -221,4 +229,6 @@ def resolve(controls: Controls, config: CollapseConfig, index: str,
         threshold=controls.threshold if controls.threshold is not None else threshold,
         mode=mode,
         forced=controls.enabled is True,
+        fingerprint_missing=config.fingerprint_missing if controls.fingerprint_missing is None
+        else controls.fingerprint_missing,
     )
