@@ -44,9 +44,15 @@ from neardup.upstream import ClusterInfo
 from tests.plugins.elasticsearch import engine_client
 
 
+#: The CPU time a request may spend on query-time fingerprints in tests: what is grouped must not
+#: depend on how busy the machine is (the bound itself is tested with a tiny one).
+TEST_FINGERPRINT_CPU_MS = 60_000.0
+
+
 def make_config(es_url: str, **sections: dict[str, Any]) -> Config:
     data: dict[str, Any] = {"upstream": {"urls": [es_url], "request_timeout": 30.0},
-                            "proxy": {"host": "127.0.0.1", "port": 0}}
+                            "proxy": {"host": "127.0.0.1", "port": 0},
+                            "collapse": {"fingerprint_cpu_ms": TEST_FINGERPRINT_CPU_MS}}
     for name, values in sections.items():
         data[name] = {**data.get(name, {}), **values}
     return Config.model_validate(data)
