@@ -167,7 +167,7 @@ class Follower:
     # -- one pass -------------------------------------------------------------------------
     def run_pass(self) -> None:
         self._previous_pass_started, self._pass_started = self._pass_started, time.time()
-        before = self.stats.updated
+        before, read_before = self.stats.updated, self.stats.read
         failed_before = self.stats.failed
         reader = SliceReader(self.client, self.retrier, self.options.index, self.selection,
                              SliceSpec(self.options.host_slice, self.options.host_slices),
@@ -181,10 +181,14 @@ class Follower:
                 start = window_start(self.high_water, newest, self.follow.overlap)
                 self.recent.prune(start, time.monotonic())
                 reader.query = window_query(self.selection, self.options.window_field, start)
-            for hits in reader.pages():
-                self._write_page(hits)
-                if self.stop.is_set():
+            pages = reader.pages()
+            while not self.stop.is_set():
+                reading = time.perf_counter()
+                hits = next(pages, None)
+                self.stats.read_seconds += time.perf_counter() - reading
+                if hits is None:
                     break
+                self._write_page(hits)
         finally:
             reader.close()
         if newest is not None:
@@ -194,7 +198,10 @@ class Follower:
             self._refresh()
         self.passes += 1
         self.metrics.pass_done(self._lags(time.time()))
-        log.debug("pass %d on %s: %d fingerprints written", self.passes, self.options.index, written)
+        log.debug("pass %d on %s: %d documents read, %d fingerprints written in %.2fs (so far: fingerprinting "
+                  "%.1fs, reads %.1fs, writes %.1fs)", self.passes, self.options.index, self.stats.read - read_before,
+                  written, time.time() - self._pass_started, self.stats.fingerprint_seconds,
+                  self.stats.read_seconds, self.stats.write_seconds)
         if self.stats.failed > failed_before:
             log.warning("%d documents of %s could not be fingerprinted in this pass (see the summary at exit)",
                         self.stats.failed - failed_before, self.options.index)
