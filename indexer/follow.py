@@ -131,7 +131,7 @@ class Follower:
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> None:
-        """Passes every ``interval`` seconds until :attr:`stop` is set; cluster failures back off."""
+        """Passes every ``interval`` seconds until ``stop`` is set; cluster failures back off."""
         failures = 0
         while not self.stop.is_set():
             started = time.monotonic()
