@@ -232,10 +232,10 @@ def test_sigint_stops_it_with_the_summary_and_metrics_move(
         before = eventually(lambda: _scrape_or_none(port), what="the metrics endpoint")
         for s, story in enumerate(stories[:5]):
             index_document(es, news, f"m{s}", {**story, "updated": now()})
-        after = eventually(lambda: (m := scrape(port))["neardup_follow_documents_fingerprinted_total"] >= 5 and m,
-                           what="the fingerprinted counter")
+        # the counters move page by page, the lag once the pass has refreshed
+        after = eventually(lambda: (m := scrape(port))["neardup_follow_documents_fingerprinted_total"] >= 5
+                           and m["neardup_follow_lag_seconds_count"] >= 5 and m, what="the counters")
         assert after["neardup_follow_passes_total"] > before["neardup_follow_passes_total"]
-        assert after["neardup_follow_lag_seconds_count"] >= 5
         assert 0 < after["neardup_follow_lag_max_seconds"] < WITHIN
         assert after["neardup_follow_documents_failed_total"] == 0
         assert after["neardup_follow_documents_per_second"] > 0
@@ -289,7 +289,7 @@ def test_it_survives_a_node_restart(stories: list[dict[str, Any]]) -> None:
             assert started.returncode == 0, started.stderr
             client.close()
             client = node_client(url, request_timeout=60)
-            client.cluster.health(index=index, wait_for_status="yellow", timeout="60s")
+            client.cluster.health(index=index, wait_for_status="yellow")  # waits up to 30 s
             for s, story in enumerate(stories[3:6]):
                 index_document(client, index, f"after{s}", {**story, "updated": now()})
             eventually(lambda: all(FIELD in stored(client, index, f"after{s}")["_source"] for s in range(3)),
