@@ -39,7 +39,7 @@ from neardup.fingerprint import FIELD, Fingerprinter, scheme_version
 from neardup.indexer.client import Client, display_url, make_client
 from neardup.indexer.cluster.seeds import Seeder, SeedPlan
 from neardup.indexer.enrich import STORED_PATHS, fingerprint_changed
-from neardup.indexer.errors import ClusterApiError, ClusterError, JobError
+from neardup.indexer.errors import ClusterApiError, ClusterError, JobError, resume_hint
 from neardup.indexer.follow_metrics import FollowMetrics, serve_metrics
 from neardup.indexer.job import IndexOptions, count_page, fingerprint_function
 from neardup.indexer.query import TF_VERSION_PATH, SliceSpec, selection, with_any_field
@@ -153,7 +153,8 @@ class Follower:
             self.stop.wait(max(0.0, self.follow.interval - (time.monotonic() - started)))
 
     def _report_failure(self, exc: BaseException, failures: int) -> None:
-        cause = short_cause(exc) if isinstance(exc, ClusterError) else str(exc)
+        # a follower resumes by itself: the batch job's hint to run the command again does not apply
+        cause = short_cause(exc) if isinstance(exc, ClusterError) else str(exc).replace(f"; {resume_hint()}", "")
         if failures == 1:
             log.warning("following %s: %s; trying again with backoff (up to %.0fs) until it works",
                         self.options.index, cause, MAX_BACKOFF)
