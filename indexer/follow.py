@@ -219,7 +219,7 @@ class Follower:
             if item is None:
                 self._remember(hit, {hit_version(hit)})  # no text: not fingerprinted again for a while
                 continue
-            if self.options.window_field and not fingerprint_changed(source.get(FIELD), item.neardup):
+            if self.options.window_field and self._current(source, item):
                 self.stats.unchanged += 1  # in the window, its text unchanged
                 self._remember(hit, {hit_version(hit)})
                 continue
@@ -228,6 +228,11 @@ class Follower:
         updated, failed = self.stats.updated, self.stats.failed
         self.updater.write(pending)
         self.metrics.written(self.stats.updated - updated, self.stats.failed - failed)
+
+    def _current(self, source: Mapping[str, Any], item: Pending) -> bool:
+        """Whether the stored ``neardup`` is what the text gives now (and, with TF-IDF, of its version)."""
+        stored = source.get(FIELD)
+        return not fingerprint_changed(stored, item.neardup) and (self.tfidf is None or self.tfidf.is_current(stored))
 
     def _settled(self, item: Pending, answer: Mapping[str, Any]) -> None:
         """An update acknowledged: remember the version read and the version written."""
