@@ -52,6 +52,7 @@ from neardup.indexer.reader import SliceReader, check_page_order
 from neardup.indexer.retry import Retrier
 from neardup.indexer.stats import JobStats
 from neardup.indexer.tfidf_vectors import TfidfEnricher, make_enricher, neardup_of, source_texts, tf_properties
+from neardup.indexer.watermark import WINDOW_TYPES
 from neardup.indexer.writer import BulkUpdater, refresh_written
 from neardup.upstream import ClusterInfo, check_upstream
 
@@ -76,6 +77,8 @@ class IndexOptions:
     batch_size: int = 500
     #: refresh the index at the end, so that what the job wrote is searchable when it returns
     refresh: bool = True
+    #: the update-timestamp field of ``--follow --since-field`` (:mod:`neardup.indexer.watermark`)
+    window_field: str | None = None
 
 
 @dataclass
@@ -113,15 +116,7 @@ def check_fields(client: Client, retrier: Retrier, options: IndexOptions,
                            f"mapping: {', '.join(listed) or '(none)'} (choose with --field, or "
                            "indexer.fields in the configuration)")
     if options.since is not None:
-        kind = paths.get(options.since_field)
-        if kind is None:
-            dates = sorted(p for p, k in paths.items() if k in ("date", "date_nanos"))
-            raise JobError(f"--since needs a date field; {options.since_field!r} is not mapped in "
-                           f"{options.index} (date fields: {', '.join(dates) or '(none)'}; choose with "
-                           "--since-field)")
-        if kind not in DATE_TYPES:
-            raise JobError(f"--since-field {options.since_field!r} is mapped as {kind!r}; it needs a date "
-                           "(or numeric) field")
+        check_since_field(paths, options.index, options.since_field, DATE_TYPES, "--since")
         try:
             client.count(index=options.index, query={"range": {options.since_field: {"gte": options.since}}})
         except ClusterApiError as exc:
@@ -131,6 +126,21 @@ def check_fields(client: Client, retrier: Retrier, options: IndexOptions,
                                f"{options.since_field!r} ({reason}); use date math such as now-1d "
                                "or a date such as 2024-05-01") from None
             raise
+    if options.window_field is not None:
+        check_since_field(paths, options.index, options.window_field, WINDOW_TYPES, "--follow")
+
+
+def check_since_field(paths: Mapping[str, str], index: str, name: str, kinds: frozenset[str], used_by: str) -> None:
+    """:class:`JobError` unless ``name`` is mapped (``paths``: path → type) with one of ``kinds``."""
+    kind = paths.get(name)
+    if kind is None:
+        dates = sorted(p for p, k in paths.items() if k in ("date", "date_nanos"))
+        raise JobError(f"{used_by} needs a date field; {name!r} is not mapped in "
+                       f"{index} (date fields: {', '.join(dates) or '(none)'}; choose with "
+                       "--since-field)")
+    if kind not in kinds:
+        needed = "a date" if kinds == WINDOW_TYPES else "a date (or numeric)"
+        raise JobError(f"--since-field {name!r} is mapped as {kind!r}; {used_by} needs {needed} field")
 
 
 def prepare(config: Config, options: IndexOptions, cluster: ClusterInfo | None = None) -> SeedPlan | None:

@@ -20,6 +20,7 @@ with the same N and W.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,3 +96,10 @@ def already_current(*, version: str, since: str | None, since_field: str,
     if since is not None:
         filters.append({"range": {since_field: {"gte": since}}})
     return {"bool": {"filter": filters}}
+
+
+def with_any_field(query: dict[str, Any], fields: Sequence[str]) -> dict[str, Any]:
+    """``query`` narrowed to documents holding at least one of ``fields`` (a follower leaves out
+    documents that can have no fingerprint, which it would otherwise read on every pass)."""
+    present = [{"exists": {"field": name}} for name in fields]
+    return {"bool": {"filter": [query, {"bool": {"should": present, "minimum_should_match": 1}}]}}

@@ -119,6 +119,11 @@ class SliceReader:
         response = self._search(size=0, query=query, track_total_hits=True)
         return int(response["hits"]["total"]["value"])
 
+    def aggregate(self, query: dict[str, Any], aggs: dict[str, Any]) -> dict[str, Any]:
+        """The ``aggregations`` of ``aggs`` over this slice's documents matching ``query``."""
+        response = self._search(size=0, query=query, aggs=aggs, track_total_hits=False)
+        return dict(response.get("aggregations", {}))
+
     def pages(self) -> Iterator[list[dict[str, Any]]]:
         """Pages of hits (each with ``_id``, ``_index``, ``_seq_no``, ``_primary_term``, ``_source``)."""
         failures_in_a_row = 0

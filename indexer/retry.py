@@ -60,6 +60,8 @@ class Retrier:
     sleep: Callable[[float], None] = time.sleep
     rng: random.Random = field(default_factory=random.Random)
     retries: int = 0
+    #: level of the line logged before each retry (a follower reports outages itself)
+    log_level: int = logging.WARNING
 
     def call(self, what: str, fn: Callable[[], T]) -> T:
         """``fn()``; transient failures are retried, a lasting one raises :class:`Unreachable`."""
@@ -74,8 +76,8 @@ class Retrier:
                     raise Unreachable(unreachable_message(
                         self.url, f"{what} failed {attempt + 1} times, last: {short_cause(exc)}")) from None
                 delay = self.wait(attempt)
-                log.warning("%s: %s; retry %d of %d in %.1fs", what, short_cause(exc),
-                            attempt + 1, self.max_retries, delay)
+                log.log(self.log_level, "%s: %s; retry %d of %d in %.1fs", what, short_cause(exc),
+                        attempt + 1, self.max_retries, delay)
                 attempt += 1
 
     def wait(self, attempt: int) -> float:

@@ -102,6 +102,9 @@ class BulkUpdater:
     stats: JobStats
     #: writes cluster seeds while the index has never been clustered (None: never)
     seeder: Seeder | None = None
+    #: called with each update acknowledged (updated or noop) and its bulk answer item
+    #: (``_seq_no``, ``_primary_term``: the version written)
+    on_settled: Callable[[Pending, Mapping[str, Any]], None] | None = None
 
     def pending_from_hit(self, hit: Mapping[str, Any], **counters: int) -> Pending | None:
         """Fingerprint a search hit (or a real-time get); ``None`` if it gets no fingerprint."""
@@ -180,6 +183,8 @@ class BulkUpdater:
                 self.stats.unchanged += 1
             else:
                 self.stats.updated += 1
+            if self.on_settled is not None:
+                self.on_settled(item, answer)
             return
         kind, reason = error_type_and_reason(answer.get("error", {}))
         if status == 409:

@@ -246,6 +246,10 @@ class IndexerConfig(_Section):
     workers: Annotated[int, Field(ge=1, le=64)] = 2
     max_retries: Annotated[int, Field(ge=0, le=100)] = 8
     keep_alive: str = "5m"
+    #: ``neardup index --follow``: seconds between passes, and how far (seconds) the
+    #: ``--since-field`` window reaches back before the newest update time already seen
+    follow_interval: Annotated[float, Field(gt=0.0, le=3600.0)] = 1.0
+    follow_overlap: Annotated[float, Field(ge=0.0, le=86400.0)] = 5.0
 
 
 class CopiesConfig(_Section):

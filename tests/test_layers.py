@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "neardup"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("neardup.fingerprint",),
     ("neardup.access_rules", "neardup.config", "neardup.logs", "neardup.upstream",
-     "neardup.tfidf_config", "neardup.corpora", "neardup.compare"),
+     "neardup.tfidf_config", "neardup.corpora", "neardup.compare", "neardup.prometheus"),
     ("neardup.indexer", "neardup.proxy.transport"),
     ("neardup.proxy.grouping",),
     ("neardup.proxy.handlers",),

@@ -1,4 +1,4 @@
-"""In-process metrics and their Prometheus text exposition (format 0.0.4).
+"""In-process metrics and their Prometheus text exposition (written by :mod:`neardup.prometheus`).
 
 Counters and histograms keyed by label tuples; one :class:`Metrics` per worker process.
 With ``--workers N`` every worker also writes its snapshot to a shared folder, and the worker
@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from neardup.prometheus import Labels, empty_histogram, header, histogram_lines, observe, sample
 
 #: Latency histogram bucket upper bounds, seconds.
 BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -32,9 +33,6 @@ _HELP = {
     "neardup_proxy_in_flight_requests": ("gauge", "Requests being handled now."),
 }
 
-Labels = tuple[tuple[str, str], ...]
-
-
 class Metrics:
     def __init__(self, snapshot_dir: str | None = None) -> None:
         self.counters: dict[str, dict[Labels, float]] = defaultdict(lambda: defaultdict(float))
@@ -50,12 +48,8 @@ class Metrics:
         key = tuple(sorted(labels.items()))
         row = self.histograms.get(key)
         if row is None:
-            row = self.histograms[key] = [0.0] * (len(BUCKETS) + 2)
-        position = bisect_left(BUCKETS, seconds)
-        if position < len(BUCKETS):
-            row[position] += 1
-        row[-2] += seconds
-        row[-1] += 1
+            row = self.histograms[key] = empty_histogram(BUCKETS)
+        observe(row, BUCKETS, seconds)
 
     # -- multi-worker -------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -98,7 +92,7 @@ class Metrics:
                     total.counters[name][tuple(tuple(p) for p in key)] += value
             for key, row in snap["histograms"]:
                 labels = tuple(tuple(p) for p in key)
-                mine = total.histograms.setdefault(labels, [0.0] * (len(BUCKETS) + 2))
+                mine = total.histograms.setdefault(labels, empty_histogram(BUCKETS))
                 for k, value in enumerate(row):
                     mine[k] += value
             total.in_flight += snap["in_flight"]
@@ -108,44 +102,24 @@ class Metrics:
     def render(self) -> str:
         lines: list[str] = []
         for name, (kind, text) in _HELP.items():
-            lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+            lines += header(name, kind, text)
             if name == "neardup_proxy_in_flight_requests":
-                lines.append(f"{name} {self.in_flight}")
+                lines.append(sample(name, self.in_flight))
             elif kind == "histogram":
                 lines.extend(self._render_histogram(name))
             else:
                 series = self.counters.get(name, {})
                 if not series and not _has_labels(name):
-                    lines.append(f"{name} 0")
+                    lines.append(sample(name, 0))
                 for key, value in sorted(series.items()):
-                    lines.append(f"{name}{_labels(key)} {_number(value)}")
+                    lines.append(sample(name, value, key))
         return "\n".join(lines) + "\n"
 
     def _render_histogram(self, name: str) -> Iterable[str]:
         for key, row in sorted(self.histograms.items()):
-            cumulative = 0.0
-            for bound, count in zip(BUCKETS, row):
-                cumulative += count
-                yield f"{name}_bucket{_labels(key + (('le', _number(bound)),))} {_number(cumulative)}"
-            yield f"{name}_bucket{_labels(key + (('le', '+Inf'),))} {_number(row[-1])}"
-            yield f"{name}_sum{_labels(key)} {row[-2]!r}"
-            yield f"{name}_count{_labels(key)} {_number(row[-1])}"
+            yield from histogram_lines(name, key, BUCKETS, row)
 
 
 def _has_labels(name: str) -> bool:
     return name not in ("neardup_proxy_hits_collapsed_total", "neardup_proxy_fail_open_total",
                         "neardup_proxy_rejected_total")
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(key: Labels) -> str:
-    if not key:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in key) + "}"
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
