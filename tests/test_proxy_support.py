@@ -43,7 +43,6 @@ from neardup.proxy.server import ProxyRunner
 from neardup.upstream import ClusterInfo
 from tests.plugins.elasticsearch import engine_client
 
-
 #: The CPU time a request may spend on query-time fingerprints in tests: what is grouped must not
 #: depend on how busy the machine is (the bound itself is tested with a tiny one).
 TEST_FINGERPRINT_CPU_MS = 60_000.0
