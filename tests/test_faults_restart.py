@@ -38,7 +38,7 @@ from neardup.indexer.errors import EXIT_OK, EXIT_STOPPED
 from tests.cluster_support import node_client, scan_hits
 from tests.engine_support import bulk_load
 from tests.plugins.corpora import neardup_env, run_neardup, with_seed
-from tests.plugins.elasticsearch import StartedNode, _run_es_script
+from tests.plugins.elasticsearch import StartedNode, run_es_script
 from tests.reliability_support import Outcome, es_error_type, fetch
 from tests.test_proxy_support import ProxyThread, make_config
 
@@ -141,14 +141,14 @@ def outage(reuters_docs: list[dict[str, Any]], fingerprinter: Fingerprinter) -> 
                     assert time.monotonic() < deadline, "the indexer made no progress"
                     time.sleep(0.2)
                 scenario.enriched_before_stop = enriched
-                stopped = _run_es_script("stop", "--home", str(node.home), timeout=120)
+                stopped = run_es_script("stop", "--home", str(node.home), timeout=120)
                 assert stopped.returncode == 0, stopped.stderr
                 scenario.down_at = time.monotonic()
                 out, err = job.communicate(timeout=300)
                 scenario.first_run = subprocess.CompletedProcess(job.args, job.returncode, out, err)
                 time.sleep(max(0.0, scenario.down_at + 4.0 - time.monotonic()))  # down for a while
                 scenario.restart_at = time.monotonic()
-                started = _run_es_script("start", "--home", str(node.home), "--port", port,
+                started = run_es_script("start", "--home", str(node.home), "--port", port,
                                          "--security", "off", "--heap", "512m", timeout=600)
                 assert started.returncode == 0, started.stderr
                 scenario.up_at = time.monotonic()

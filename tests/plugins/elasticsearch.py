@@ -92,7 +92,7 @@ class EsEndpoint:
         return Elasticsearch(self.url, **options)
 
 
-def _run_es_script(*args: str, timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_es_script(*args: str, timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(ES_SCRIPT), *args], capture_output=True, text=True,
                           timeout=timeout, check=False, env=env)
 
@@ -106,7 +106,7 @@ def _secured_node_env() -> dict[str, str]:
 
 def _status(home: Path) -> dict[str, str]:
     """``scripts/es status`` as a dict (url, security, user, password, ...)."""
-    result = _run_es_script("status", "--home", str(home), timeout=60)
+    result = run_es_script("status", "--home", str(home), timeout=60)
     return dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
 
 
@@ -117,7 +117,7 @@ class StartedNode:
         self.home = ROOT / "run" / f"pytest-{name}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.security = security
         try:
-            result = _run_es_script("start", "--port", "auto", "--home", str(self.home),
+            result = run_es_script("start", "--port", "auto", "--home", str(self.home),
                                     "--security", security, "--heap", heap, "--fresh",
                                     timeout=START_TIMEOUT,
                                     env=None if security == "off" else _secured_node_env())
@@ -135,7 +135,7 @@ class StartedNode:
                                    status.get("ca", ""))
 
     def stop(self) -> None:
-        _run_es_script("stop", "--home", str(self.home), "--purge", timeout=120)
+        run_es_script("stop", "--home", str(self.home), "--purge", timeout=120)
 
 
 def _text(value: str | bytes | None) -> str:
