@@ -86,7 +86,7 @@ async def _one(state: ProxyState, incoming: Incoming, target: Write) -> web.Stre
         return await forward(request, incoming.raw_path, incoming.query, body=incoming.raw_body)
     await _decide(state, request, [found])
     if found.match is not None and found.settings.on_duplicate == "reject":
-        request[OUTCOME] = "rejected:duplicate"
+        request[OUTCOME] = "enriched:rejected"
         raise errors.ProxyError(409, bulk_body.DUPLICATE_ERROR, matching.duplicate_reason(found.match))
     return await _send(state, incoming, _spliced(body, found))
 
@@ -123,7 +123,7 @@ async def _bulk(state: ProxyState, incoming: Incoming, target: Write) -> web.Str
     new_body = bulk_body.rebuild(parsed, sources, actions, set(rejected))
     if not rejected:
         return await _send(state, incoming, new_body)
-    request[OUTCOME] = "rejected:duplicate"
+    request[OUTCOME] = "enriched:rejected"
     pretty = _pretty(incoming.query)
     if not new_body.strip():
         return exchange.respond(incoming, 200, {"Content-Type": errors.JSON_CONTENT_TYPE},
