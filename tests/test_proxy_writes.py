@@ -3,6 +3,7 @@ real engine: bytes kept, near-duplicates tagged or refused, other indices untouc
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 import urllib.error
@@ -36,9 +37,9 @@ def fingerprint_of(title: str, body: str) -> dict[str, Any]:
 
 
 def call(url: str, method: str, path: str, body: bytes | None = None,
-         content_type: str = "application/json") -> tuple[int, bytes]:
-    request = urllib.request.Request(url + path, data=body, method=method,
-                                     headers={"Content-Type": content_type} if body is not None else {})
+         content_type: str = "application/json", headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    sent = {"Content-Type": content_type} if body is not None else {}
+    request = urllib.request.Request(url + path, data=body, method=method, headers={**sent, **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, response.read()
@@ -176,6 +177,10 @@ def test_an_index_not_listed_is_passed_through_byte_for_byte(proxy: str, es_url:
     assert status == 201
     assert stored_source(es_url, index, "1") == original
     assert stored_source(es_url, index, "2") == original
+    # in an enriched index, a body of another type goes as it came (the engine reads it)
+    status, _ = call(proxy, "PUT", f"/{indices}-allow/_doc/y?refresh=true", original, "application/yaml")
+    assert status == 201
+    assert "neardup" not in json.loads(call(es_url, "GET", f"/{indices}-allow/_doc/y")[1])["_source"]
 
 
 def test_malformed_bulk_lines_get_the_engines_own_answer(proxy: str, es_url: str, indices: str) -> None:
@@ -185,3 +190,18 @@ def test_malformed_bulk_lines_get_the_engines_own_answer(proxy: str, es_url: str
     direct = bulk(es_url, lines, index)
     assert through[0] == direct[0] == 400
     assert through[1]["error"]["type"] == direct[1]["error"]["type"]
+
+
+def test_a_gzipped_body_is_enriched_and_update_items_pass_unchanged(proxy: str, es_url: str, indices: str) -> None:
+    index = f"{indices}-tag"
+    original = doc_bytes("Oil", story(6))
+    status, _ = call(proxy, "PUT", f"/{index}/_doc/old?refresh=true", original)
+    assert status == 201
+    partial = b'{"doc":{"title":"Oil","body":"changed"}}'
+    lines = [b'{"index":{"_id":"new"}}', doc_bytes("Oil", story(6)), b'{"update":{"_id":"old"}}', partial]
+    status, raw = call(proxy, "POST", f"/{index}/_bulk?refresh=true", gzip.compress(b"\n".join(lines) + b"\n"),
+                       "application/x-ndjson", {"Content-Encoding": "gzip"})
+    assert status == 200 and json.loads(raw)["errors"] is False, raw
+    assert json.loads(stored_source(es_url, index, "new"))["neardup"]["duplicate_of"] == "old"
+    updated = json.loads(stored_source(es_url, index, "old"))   # the update applied as sent
+    assert updated["body"] == "changed" and updated["neardup"] == fingerprint_of("Oil", story(6))

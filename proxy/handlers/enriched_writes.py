@@ -15,8 +15,9 @@ into the client's bytes (:mod:`neardup.proxy.handlers.bulk_body`):
    own results. A document of the same request that a later one duplicates and that has no
    ``_id`` is given one, so that it can be named.
 
-A document that is no JSON object, that has no text in the fields, or that holds a ``neardup``
-key already is sent as it came (the engine answers for the first kind; ``neardup index`` handles
+A body of another type than JSON (NDJSON for ``_bulk``; YAML, CBOR, SMILE), a document that is
+no JSON object, that has no text in the fields, or that holds a ``neardup`` key already is sent
+as it came (the engine answers for the first kind; ``neardup index`` handles
 the last). A request with nothing to change is forwarded byte for byte.
 """
 
@@ -68,7 +69,9 @@ async def write(state: ProxyState, request: web.Request, raw_path: str, query: s
                 target: Write) -> web.StreamResponse:
     """Answer the write ``target``: enriched where ``[enrich]`` says so, else forwarded unchanged."""
     config = state.config.enrich
-    if target.kind == "doc" and (target.index is None or enrich_settings_for(config, target.index) is None):
+    content_type = request.headers.get("Content-Type")
+    if not (framing.is_json(content_type) if target.kind == "doc" else framing.is_ndjson(content_type)) \
+            or (target.kind == "doc" and (target.index is None or enrich_settings_for(config, target.index) is None)):
         return await forward(request, raw_path, query)
     incoming = await receive(request, raw_path, query, state.config.proxy.max_body_bytes)
     if target.kind == "doc":
