@@ -85,3 +85,15 @@ def test_rejected_items_are_merged_back_in_their_places() -> None:
 ])
 def test_write_routes(method: str, path: str, expected: Write | None) -> None:
     assert classify_write(method, path) == expected
+
+
+def test_the_values_of_an_update_line_are_found_and_spliced_in_place() -> None:
+    line = ' { "doc" : {"t": "\u00e9x", "n":[1,{"a":"}"}]} , "doc_as_upsert":true,"upsert":{} } '.encode()
+    spans = bulk_body.value_spans(line)
+    assert spans is not None
+    assert {key: line[start:end] for key, (start, end) in spans.items()} == {
+        "doc": '{"t": "\u00e9x", "n":[1,{"a":"}"}]}'.encode(), "doc_as_upsert": b"true", "upsert": b"{}"}
+    assert bulk_body.splice_inner(line, spans["upsert"], {}, {"v": "1"}) == line.replace(b"{} }", b'{"neardup":{"v":"1"}} }')
+    for bad in (b'{"a":1,}', b'{"a":1} x', b"[1]", b'{"a" 1}', b"\xff"):
+        assert bulk_body.value_spans(bad) is None
+    assert bulk_body.value_spans(b"{ }") == {}

@@ -192,12 +192,13 @@ def test_malformed_bulk_lines_get_the_engines_own_answer(proxy: str, es_url: str
     assert through[1]["error"]["type"] == direct[1]["error"]["type"]
 
 
-def test_a_gzipped_body_is_enriched_and_update_items_pass_unchanged(proxy: str, es_url: str, indices: str) -> None:
+def test_a_gzipped_body_is_enriched_and_a_partial_update_without_every_field_passes_unchanged(
+        proxy: str, es_url: str, indices: str) -> None:
     index = f"{indices}-tag"
     original = doc_bytes("Oil", story(6))
     status, _ = call(proxy, "PUT", f"/{index}/_doc/old?refresh=true", original)
     assert status == 201
-    partial = b'{"doc":{"title":"Oil","body":"changed"}}'
+    partial = b'{"doc":{"body":"changed"}}'
     lines = [b'{"index":{"_id":"new"}}', doc_bytes("Oil", story(6)), b'{"update":{"_id":"old"}}', partial]
     status, raw = call(proxy, "POST", f"/{index}/_bulk?refresh=true", gzip.compress(b"\n".join(lines) + b"\n"),
                        "application/x-ndjson", {"Content-Encoding": "gzip"})
@@ -205,3 +206,24 @@ def test_a_gzipped_body_is_enriched_and_update_items_pass_unchanged(proxy: str, 
     assert json.loads(stored_source(es_url, index, "new"))["neardup"]["duplicate_of"] == "old"
     updated = json.loads(stored_source(es_url, index, "old"))   # the update applied as sent
     assert updated["body"] == "changed" and updated["neardup"] == fingerprint_of("Oil", story(6))
+
+
+def test_update_items_get_the_fingerprint_of_their_upsert_and_of_a_whole_doc(proxy: str, es_url: str,
+                                                                            indices: str) -> None:
+    index = f"{indices}-reject"
+    status, _ = call(proxy, "PUT", f"/{index}/_doc/u0?refresh=true", doc_bytes("Oil", story(7)))
+    assert status == 201
+    whole = f'{{"title":"Grain","body":"{story(8)}"}}'.encode()
+    lines = [b'{"update":{"_id":"u0"}}', b'{ "doc" : ' + whole + b' }',
+             b'{"update":{"_id":"u1"}}', b'{"doc":' + whole + b',"doc_as_upsert":true}',
+             b'{"update":{"_id":"u2"}}',
+             b'{"script":{"source":"ctx._source.n = 1"},"upsert":' + doc_bytes("Rates", story(9)) + b'}']
+    status, answer = bulk(proxy, lines, index)
+    assert status == 200 and answer["errors"] is False, answer
+    grain = fingerprint_of("Grain", story(8))
+    for doc_id in ("u0", "u1"):   # no duplicate check: an update inserts no new document
+        stored = json.loads(stored_source(es_url, index, doc_id))
+        assert stored["neardup"] == {**grain, "cluster": None, "bands": None}
+    # the engine writes an upsert again from its parsed value: compared as JSON
+    expected = spliced(doc_bytes("Rates", story(9)), fingerprint_of("Rates", story(9)))
+    assert json.loads(stored_source(es_url, index, "u2")) == json.loads(expected)

@@ -9,12 +9,14 @@ action lines given an ``_id``, and the rejected items changed.
 
 :func:`splice` inserts ``"neardup":{...}`` before the final ``}`` of a document; every other
 byte stays as the client sent it. A document that holds ``neardup`` already (or a dotted
-``neardup.*`` key) is never spliced (:func:`spliceable`).
+``neardup.*`` key) is never spliced (:func:`spliceable`). In an ``update`` item the objects
+``upsert`` and ``doc`` are spliced in place (:func:`value_spans`, :func:`splice_inner`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +27,9 @@ from neardup.fingerprint import FIELD
 ACTIONS = frozenset({"index", "create", "update", "delete"})
 #: The actions whose source line is the whole document.
 WRITES = frozenset({"index", "create"})
+#: Keys of ``neardup`` that ``neardup cluster`` derives from the fingerprint: a partial update
+#: that writes a new fingerprint clears them (stored as null, indexed as no value).
+CLUSTER_KEYS = ("cluster", "bands")
 #: The per-item error type of a refused near-duplicate.
 DUPLICATE_ERROR = "neardup_duplicate_exception"
 
@@ -115,6 +120,51 @@ def splice(source: bytes, doc: Mapping[str, Any], value: Mapping[str, Any]) -> b
         raise ValueError("a JSON object ends with }")
     field = json.dumps({FIELD: value}, ensure_ascii=False, separators=(",", ":")).encode("utf-8")[1:-1]
     return source[:brace] + (b"," if doc else b"") + field + source[brace:]
+
+
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def value_spans(source: bytes) -> dict[str, tuple[int, int]] | None:
+    """The byte span of each top-level value of the JSON object ``source`` (the last one of a
+    key given twice), or None if it is no valid JSON object."""
+    try:
+        text = source.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    decoder = json.JSONDecoder()
+    spans: dict[str, tuple[int, int]] = {}
+    at = _SPACE.match(text, 0).end()  # type: ignore[union-attr]  # the pattern matches the empty string
+    if text[at:at + 1] != "{":
+        return None
+    at = _SPACE.match(text, at + 1).end()  # type: ignore[union-attr]
+    try:
+        while text[at:at + 1] != "}":
+            if text[at:at + 1] != '"':
+                return None
+            key, at = json.decoder.scanstring(text, at + 1)  # type: ignore[attr-defined]
+            at = _SPACE.match(text, at).end()  # type: ignore[union-attr]
+            if text[at:at + 1] != ":":
+                return None
+            start = _SPACE.match(text, at + 1).end()  # type: ignore[union-attr]
+            _, end = decoder.raw_decode(text, start)
+            spans[key] = (len(text[:start].encode("utf-8")), len(text[:end].encode("utf-8")))
+            at = _SPACE.match(text, end).end()  # type: ignore[union-attr]
+            if text[at:at + 1] == ",":
+                at = _SPACE.match(text, at + 1).end()  # type: ignore[union-attr]
+                if text[at:at + 1] == "}":
+                    return None
+            elif text[at:at + 1] != "}":
+                return None
+    except (ValueError, RecursionError):
+        return None
+    return spans if not text[at + 1:].strip(" \t\n\r") else None
+
+
+def splice_inner(source: bytes, span: tuple[int, int], doc: Mapping[str, Any], value: Mapping[str, Any]) -> bytes:
+    """``source`` with :func:`splice` applied to the object at ``span`` (one of its values)."""
+    start, end = span
+    return source[:start] + splice(source[start:end], doc, value) + source[end:]
 
 
 def action_line(action: str, meta: Mapping[str, Any]) -> bytes:

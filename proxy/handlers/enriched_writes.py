@@ -2,7 +2,9 @@
 
 For an index matching ``enrich.indices``, each document of a ``_bulk`` ``index``/``create`` item,
 of ``_doc`` and of ``_create`` gets the ``neardup`` object ``neardup index`` would store, spliced
-into the client's bytes (:mod:`neardup.proxy.handlers.bulk_body`):
+into the client's bytes (:mod:`neardup.proxy.handlers.bulk_body`); so do the ``upsert`` of a
+``_bulk`` ``update`` item, and its ``doc`` when that holds every ``indexer.fields`` key (the
+cluster keys of the old fingerprint cleared), without a duplicate check:
 
 1. the texts of the documents (``indexer.fields``), fingerprinted on the worker's
    fingerprinting thread (never on the event loop), all of them, without a CPU bound;
@@ -98,24 +100,28 @@ async def _bulk(state: ProxyState, incoming: Incoming, target: Write) -> web.Str
     request, body = incoming.request, incoming.body
     parsed = bulk_body.parse_bulk(body)
     docs: list[Doc] = []
+    parts: list[UpdatePart] = []
     for position, item in enumerate(parsed.items):
         index = item.index(target.index)
-        if item.action not in bulk_body.WRITES or item.source is None or index is None:
+        settings = enrich_settings_for(state.config.enrich, index) if index is not None else None
+        if item.source is None or index is None or settings is None:
             continue
-        settings = enrich_settings_for(state.config.enrich, index)
         start, end = item.source
+        if item.action == "update":
+            parts += _update_parts(state, position, index, body[start:end], settings)
+            continue
         found = _document(state, position, index, item.id, bulk_body.parse_object(body[start:end]), settings)
         if found is not None:
             docs.append(found)
-    if not docs:
+    if not docs and not parts:
         return await forward(request, incoming.raw_path, incoming.query, body=incoming.raw_body)
     named = await _decide(state, request, docs)
+    sources: dict[int, bytes] = await _updated(state, body, parsed, parts)
     actions: dict[int, bytes] = {}
     for position, doc_id in named.items():
         item = parsed.items[position]
         actions[position] = bulk_body.action_line(item.action, {**item.meta, "_id": doc_id})
     rejected: dict[int, dict[str, Any]] = {}
-    sources: dict[int, bytes] = {}
     for doc in docs:
         if doc.match is not None and doc.settings.on_duplicate == "reject":
             rejected[doc.position] = bulk_body.rejected_item(parsed.items[doc.position].action, doc.index,
@@ -143,6 +149,58 @@ async def _bulk(state: ProxyState, incoming: Incoming, target: Write) -> web.Str
             response.headers.add(name, value)
         return response
     return exchange.respond(incoming, reply.status, reply.headers, merged, pretty)
+
+
+@dataclass(frozen=True)
+class UpdatePart:
+    """An object of an ``update`` item that gets a fingerprint: ``upsert`` (the whole document
+    when none exists) or ``doc`` (a partial document holding every ``indexer.fields`` key, so
+    the updated document's text is its text)."""
+
+    position: int
+    span: tuple[int, int]    # of the object within the source line
+    doc: dict[str, Any]
+    text: str
+    clears: bool             # a partial document: clear the cluster keys of the old fingerprint
+
+
+def _update_parts(state: ProxyState, position: int, index: str, source: bytes,
+                  settings: EnrichIndex) -> list[UpdatePart]:
+    """The objects of an ``update`` item's source line to fingerprint (never checked for
+    duplicates: an update is no insertion of a new document)."""
+    spans = bulk_body.value_spans(source)
+    update = bulk_body.parse_object(source) if spans is not None else None
+    if update is None or spans is None:
+        return []
+    fields = state.config.indexer.fields
+    parts = []
+    for key in ("doc", "upsert"):
+        value = update.get(key)
+        found = _document(state, position, index, None, value if isinstance(value, dict) else None, settings)
+        if found is None or (key == "doc" and not all(name in found.doc for name in fields)):
+            continue
+        parts.append(UpdatePart(position, spans[key], found.doc, found.text, key == "doc"))
+    return parts
+
+
+async def _updated(state: ProxyState, body: bytes, parsed: bulk_body.BulkBody,
+                   parts: Sequence[UpdatePart]) -> dict[int, bytes]:
+    """The source lines of the ``update`` items with their ``parts`` spliced, by position."""
+    if not parts:
+        return {}
+    loop = asyncio.get_running_loop()
+    fingerprints = await loop.run_in_executor(fingerprinting(state).executor(), whole_in_thread,
+                                              [part.text for part in parts])
+    lines: dict[int, bytes] = {}
+    # right to left within a line, so the spans of the parts before stay valid
+    for part, fingerprint in sorted(zip(parts, fingerprints), key=lambda p: (p[0].position, -p[0].span[0])):
+        start, end = parsed.items[part.position].source or (0, 0)
+        line = lines.get(part.position, body[start:end])
+        value = fingerprint.to_source()
+        if part.clears:
+            value.update(dict.fromkeys(bulk_body.CLUSTER_KEYS))
+        lines[part.position] = bulk_body.splice_inner(line, part.span, part.doc, value)
+    return lines
 
 
 def _document(state: ProxyState, position: int, index: str, doc_id: str | None, doc: dict[str, Any] | None,
