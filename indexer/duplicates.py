@@ -1,7 +1,7 @@
 """``neardup duplicates``: the near-duplicates of one document of an index.
 
 The document's stored fingerprint gives its supershingles and megashingles; a ``terms``-style
-candidate query finds the documents sharing any of them (see :mod:`neardup.indexer.matching`), and each
+candidate query finds the documents sharing any of them (see :mod:`neardup.fingerprint.matching`), and each
 candidate is verified by signature at the threshold and mode. A document without a
 fingerprint of the current scheme cannot be compared: the command says to run ``neardup index``.
 """
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from neardup.fingerprint import FIELD, Fingerprint, FingerprintFormatError
+from neardup.fingerprint.matching import Match, candidate_search, candidates_from_hits, verified_matches
 from neardup.indexer.client import Client
 from neardup.indexer.errors import ClusterApiError, JobError
-from neardup.indexer.matching import Match, candidate_search, candidates_from_hits, verified_matches
 from neardup.indexer.retry import Retrier
 from neardup.upstream import ClusterInfo
 

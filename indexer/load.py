@@ -41,6 +41,15 @@ from dataclasses import dataclass, field
 from typing import IO, Any, BinaryIO, Literal
 
 from neardup.fingerprint import FIELD, Fingerprint, Fingerprinter, FingerprintParams
+from neardup.fingerprint.matching import (
+    DUPLICATE_OF,
+    Match,
+    RunIndex,
+    candidate_search,
+    candidates_from_hits,
+    duplicate_of,
+    find_duplicate,
+)
 from neardup.indexer.client import Client
 from neardup.indexer.cluster.documents import CLUSTER_MAPPING
 from neardup.indexer.cluster.seeds import (
@@ -55,8 +64,7 @@ from neardup.indexer.cluster.seeds import (
 from neardup.indexer.enrich import CLUSTER_KEYS, EnrichedLine, enrich_read_line
 from neardup.indexer.errors import ClusterApiError, JobError, error_type_and_reason
 from neardup.indexer.jsonlines import Line, LineCounts, read_lines
-from neardup.indexer.mapping import DUPLICATE_OF, plan_neardup_mapping, put_neardup_mapping, wanted_properties
-from neardup.indexer.matching import Match, RunIndex, best_match, candidate_search, candidates_from_hits
+from neardup.indexer.mapping import plan_neardup_mapping, put_neardup_mapping, wanted_properties
 from neardup.indexer.progress import Progress
 from neardup.indexer.query import TF_VERSION_PATH
 from neardup.indexer.retry import TRANSIENT_STATUSES, Retrier
@@ -234,7 +242,7 @@ class Loader:
                         self.result.skipped.append(record)
                         continue
                     self.result.tagged.append(record)
-                    extra[DUPLICATE_OF] = match.id
+                    extra[DUPLICATE_OF] = duplicate_of(match)
                 self.run_index.add(item.id or "", fingerprint)
             to_send.append(item)
             extras.append(extra)
@@ -303,9 +311,8 @@ class Loader:
 
     def _best_match(self, item: _Item, fingerprint: Fingerprint,
                     from_index: list[tuple[str, str, Fingerprint]]) -> Match | None:
-        candidates = from_index + self.run_index.candidates(fingerprint)
-        return best_match(fingerprint, candidates, self.options.threshold, self.options.mode,
-                          exclude_id=item.id)
+        return find_duplicate(fingerprint, from_index, self.run_index, self.options.threshold,
+                              self.options.mode, exclude_id=item.id)
 
     def _index_candidates(self, items: Sequence[_Item]) -> dict[int, list[tuple[str, str, Fingerprint]]]:
         """Candidates from the index for each fingerprinted item of the chunk (one ``_msearch``)."""
@@ -379,8 +386,8 @@ def format_load_summary(result: LoadResult, index: str, cluster: ClusterInfo | N
              f"  skipped  {len(result.skipped)}  (near-duplicates, not loaded)",
              f"  failed   {result.failures.total}"]
     for label, records in (("tagged", result.tagged), ("skipped", result.skipped)):
-        for number, doc_id, duplicate_of, value in records[:20]:
-            lines.append(f"    {label}: line {number} (id {doc_id}) ~ {duplicate_of} (similarity {value:.2f})")
+        for number, doc_id, original, value in records[:20]:
+            lines.append(f"    {label}: line {number} (id {doc_id}) ~ {original} (similarity {value:.2f})")
         if len(records) > 20:
             lines.append(f"    ... and {len(records) - 20} more {label}")
     for reason, count in result.failures.counts.items():

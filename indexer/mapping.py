@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from neardup.fingerprint import FIELD, es_mapping
+from neardup.fingerprint.matching import DUPLICATE_OF
 from neardup.indexer.client import Client
 from neardup.indexer.errors import ClusterApiError, JobError, error_type_and_reason
 from neardup.indexer.retry import Retrier
 
 #: Added to the fingerprint's mapping by ``neardup load --on-duplicate tag``.
-DUPLICATE_OF = "duplicate_of"
 DUPLICATE_OF_MAPPING = {"type": "keyword"}
 
 #: Shortest ``ignore_above`` that keeps every value we store in a keyword sub-field.

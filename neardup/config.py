@@ -238,6 +238,25 @@ class CollapseConfig(_Section):
     fingerprint_cache_entries: Annotated[int, Field(ge=0, le=10_000_000)] = 20_000
 
 
+#: What an enriched write does with a near-duplicate of a document already written.
+OnDuplicate = Literal["allow", "tag", "reject"]
+
+
+class EnrichIndex(_Section):
+    """Per-pattern settings of writes the proxy fingerprints."""
+
+    #: ``allow``: written as sent; ``tag``: written with ``neardup.duplicate_of``; ``reject``:
+    #: not written, answered 409 ``neardup_duplicate_exception``.
+    on_duplicate: OnDuplicate = "allow"
+
+
+class EnrichConfig(_Section):
+    """Writes through the proxy that get their fingerprint in the same request."""
+
+    #: Index names or patterns (``news-*``) whose documents are fingerprinted (empty: none).
+    indices: dict[str, EnrichIndex] = Field(default_factory=dict)
+
+
 class IndexerConfig(_Section):
     """The enrichment job."""
 
@@ -326,6 +345,7 @@ class Config(_Section):
     tfidf: TfidfConfig = Field(default_factory=TfidfConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     copies: CopiesConfig = Field(default_factory=CopiesConfig)
+    enrich: EnrichConfig = Field(default_factory=EnrichConfig)
 
 
 def _strip_annotated(annotation: Any) -> Any:
@@ -528,3 +548,11 @@ def collapse_settings_for(config: CollapseConfig, index: str) -> tuple[bool, flo
         threshold = override.threshold if override.threshold is not None else threshold
         mode = override.mode if override.mode is not None else mode
     return enabled, threshold, mode
+
+
+def enrich_settings_for(config: EnrichConfig, index: str) -> EnrichIndex | None:
+    """The ``[enrich.indices]`` settings of the first pattern (in file order) matching ``index``,
+    or None: writes to ``index`` are not enriched."""
+    from fnmatch import fnmatchcase
+
+    return next((value for pattern, value in config.indices.items() if fnmatchcase(index, pattern)), None)

@@ -102,7 +102,7 @@ def test_bad_value_in_file_names_key_value_and_what_is_allowed(tmp_path, toml, e
 @pytest.mark.parametrize(("toml", "key", "allowed"), [
     ("[collapse]\ntreshold = 0.7", "collapse.treshold", "enabled, threshold, mode, max_window, indices"),
     ("[fingerprint]\nnum_perms = 84", "fingerprint.num_perms", "shingle_size, num_perm, groups, rows"),
-    ("[upstreams]\nurls = []", "upstreams", "upstream, proxy, collapse, fingerprint, indexer, tfidf, logging, copies"),
+    ("[upstreams]\nurls = []", "upstreams", "upstream, proxy, collapse, fingerprint, indexer, tfidf, logging, copies, enrich"),
     ('[collapse.indices.news]\nmod = "containment"', "collapse.indices.news.mod", "enabled, threshold, mode"),
 ])
 def test_unknown_key_in_file_is_an_error_listing_the_allowed_keys(tmp_path, toml, key, allowed):

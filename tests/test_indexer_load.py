@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams
+from neardup.fingerprint.matching import similarity
 from neardup.indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_STOPPED
-from neardup.indexer.matching import similarity
 from tests.engine_support import count, create_index, delete_index, index_document, search, without_fingerprint
 from tests.plugins.corpora import run_neardup, with_seed
 

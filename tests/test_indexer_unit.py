@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams
+from neardup.fingerprint.matching import RunIndex, best_match, similarity, verified_matches
 from neardup.fingerprint.texts import document_texts
 from neardup.indexer.enrich import add_fingerprint, enrich_line, splice_field
 from neardup.indexer.errors import (
@@ -21,7 +22,6 @@ from neardup.indexer.errors import (
     explain,
 )
 from neardup.indexer.mapping import field_conflicts, mapping_conflicts, missing_properties, text_fields, wanted_properties
-from neardup.indexer.matching import RunIndex, best_match, similarity, verified_matches
 from neardup.indexer.progress import LogProgress, Progress
 from neardup.indexer.query import SliceSpec, parse_slice, plan_slices, selection
 from neardup.indexer.retry import Retrier, backoff_delay, is_transient

@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from neardup.fingerprint import Fingerprinter, FingerprintParams, jit, scheme_version
+from neardup.fingerprint import Fingerprint, Fingerprinter, FingerprintParams, jit, scheme_version
 from neardup.fingerprint.texts import document_text
 from neardup.proxy.transport import rawjson
 
@@ -136,6 +136,13 @@ def in_thread(texts: Sequence[str], cpu_seconds: float) -> tuple[list[dict[str, 
     """:func:`fingerprint_texts` with the thread's own fingerprinter (run on
     :meth:`QueryFingerprints.executor`)."""
     return fingerprint_texts(_thread.fingerprinter, texts, cpu_seconds)
+
+
+def whole_in_thread(texts: Sequence[str]) -> list[Fingerprint]:
+    """The fingerprints of ``texts``, whole and without a CPU bound (documents written through
+    the proxy get theirs all), with the thread's own fingerprinter."""
+    fingerprinter: Fingerprinter = _thread.fingerprinter
+    return [fingerprinter.fingerprint(text) for text in texts]
 
 
 class QueryFingerprints:

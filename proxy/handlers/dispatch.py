@@ -3,7 +3,8 @@
 The access policy (:mod:`neardup.proxy.transport.access`) may refuse it; the proxy's own controls
 (:mod:`neardup.proxy.handlers.params`) are read and removed; a ``_search`` with collapsing on goes the
 collapsed path (:mod:`neardup.proxy.handlers.collapsed_search`), an ``_msearch`` too unless collapsing
-is switched off for the whole request, and anything else is forwarded unchanged
+is switched off for the whole request, a write to an index of ``[enrich]`` gets its fingerprint
+(:mod:`neardup.proxy.handlers.enriched_writes`), and anything else is forwarded unchanged
 (:mod:`neardup.proxy.handlers.forward`).
 """
 
@@ -11,11 +12,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from neardup.proxy.handlers import collapsed_search, source_check
+from neardup.proxy.handlers import collapsed_search, enriched_writes, source_check
 from neardup.proxy.handlers.context import OUTCOME, ROUTE, STATE
 from neardup.proxy.handlers.forward import forward
 from neardup.proxy.handlers.params import parse_controls, resolve
 from neardup.proxy.handlers.routes import classify, index_of
+from neardup.proxy.handlers.write_routes import classify_write
 from neardup.proxy.transport import errors
 
 
@@ -43,4 +45,6 @@ async def proxy_request(request: web.Request) -> web.StreamResponse:
         elif controls.enabled is not False:  # per-item settings: each search decides
             return await collapsed_search.msearch(state, request, raw_path, query, controls)
         request[OUTCOME] = "passed:off"
+    elif state.config.enrich.indices and (write := classify_write(request.method, raw_path)) is not None:
+        return await enriched_writes.write(state, request, raw_path, query, write)
     return await forward(request, raw_path, query)

@@ -53,6 +53,12 @@ def start(state: ProxyState) -> None:
         _worker(state).start()
 
 
+def fingerprinting(state: ProxyState) -> QueryFingerprints:
+    """The worker's fingerprinting thread and its settings, made at first use (shared with
+    :mod:`neardup.proxy.handlers.enriched_writes`)."""
+    return _worker(state)
+
+
 def _worker(state: ProxyState) -> QueryFingerprints:
     if state.query_fingerprints is None:
         config = state.config

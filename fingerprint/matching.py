@@ -15,8 +15,12 @@ fingerprints (no words) have no keys and never match.
 
 In Elasticsearch, the candidate query ranks by the number of shared keys (each key is a
 ``constant_score`` clause worth 1), so the most likely duplicates come first when a cap on
-candidates applies. Within one ``neardup load`` run, :class:`RunIndex` keeps the fingerprints
-loaded so far in memory, keyed the same way.
+candidates applies. Within one ``neardup load`` run (or one ``_bulk`` request through the
+proxy), :class:`RunIndex` keeps the fingerprints written so far in memory, keyed the same way.
+
+The decision is shared by ``neardup load --on-duplicate`` and the proxy's enriched writes
+(``[enrich]``): :func:`find_duplicate` over the candidates of the index and of the run, and
+:func:`duplicate_of`, the value a tagged document stores at ``neardup.duplicate_of``.
 """
 
 from __future__ import annotations
@@ -72,6 +76,28 @@ def verified_matches(fingerprint: Fingerprint, candidates: Iterable[tuple[str, s
              if doc_id != exclude_id
              for value in [similarity(fingerprint, other, mode)] if value > 0 and value >= threshold]
     return sorted(found, key=lambda m: (-m.similarity, m.id))
+
+
+#: Key of ``neardup`` naming the document a tagged near-duplicate duplicates.
+DUPLICATE_OF = "duplicate_of"
+
+
+def find_duplicate(fingerprint: Fingerprint, from_index: Iterable[tuple[str, str, Fingerprint]],
+                   run: RunIndex, threshold: float, mode: Mode, exclude_id: str | None = None) -> Match | None:
+    """The earlier document ``fingerprint`` duplicates: the best of the index's candidates and
+    the documents written before it in this run (never the same ``_id``), or ``None``."""
+    return best_match(fingerprint, [*from_index, *run.candidates(fingerprint)], threshold, mode,
+                      exclude_id=exclude_id)
+
+
+def duplicate_of(match: Match) -> str:
+    """The value of ``neardup.duplicate_of`` (mapped ``keyword``): the earlier document's id."""
+    return match.id
+
+
+def duplicate_reason(match: Match) -> str:
+    """Why a near-duplicate is refused, naming the earlier document and the similarity."""
+    return f"near-duplicate of document [{match.id}] (similarity {match.similarity:.4f})"
 
 
 # --- candidates in Elasticsearch ------------------------------------------------------------------

@@ -1,0 +1,232 @@
+"""Write bodies for enriched writes: items read, fingerprints spliced in, answers merged (pure).
+
+A ``_bulk`` body is newline-delimited JSON: an action line (``{"index": {...}}``, ``create``,
+``update`` or ``delete``), then, but for ``delete``, a source line. :func:`parse_bulk` reads the
+items up to the first line it cannot read as an action; from there on the body is sent as it
+came and the engine answers for it. Each item keeps the byte spans of its lines, so the body
+sent upstream (:func:`rebuild`) is the client's bytes with only the spliced source lines, the
+action lines given an ``_id``, and the rejected items changed.
+
+:func:`splice` inserts ``"neardup":{...}`` before the final ``}`` of a document; every other
+byte stays as the client sent it. A document that holds ``neardup`` already (or a dotted
+``neardup.*`` key) is never spliced (:func:`spliceable`). In an ``update`` item the objects
+``upsert`` and ``doc`` are spliced in place (:func:`value_spans`, :func:`splice_inner`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from neardup.fingerprint import FIELD
+
+#: The action names of a bulk body.
+ACTIONS = frozenset({"index", "create", "update", "delete"})
+#: The actions whose source line is the whole document.
+WRITES = frozenset({"index", "create"})
+#: Keys of ``neardup`` that ``neardup cluster`` derives from the fingerprint: a partial update
+#: that writes a new fingerprint clears them (stored as null, indexed as no value).
+CLUSTER_KEYS = ("cluster", "bands")
+#: The per-item error type of a refused near-duplicate.
+DUPLICATE_ERROR = "neardup_duplicate_exception"
+
+
+@dataclass(frozen=True)
+class BulkItem:
+    """One action of a bulk body and where its lines are."""
+
+    action: str
+    meta: Mapping[str, Any]
+    start: int                          # first byte of the action line
+    action_end: int                     # end of the action line (its newline excluded)
+    end: int                            # after the item's last line and its newline
+    source: tuple[int, int] | None = None   # the source line (newline excluded)
+
+    def index(self, default: str | None) -> str | None:
+        value = self.meta.get("_index", default)
+        return value if isinstance(value, str) and value else None
+
+    @property
+    def id(self) -> str | None:
+        value = self.meta.get("_id")
+        return value if isinstance(value, str) and value else None
+
+
+@dataclass(frozen=True)
+class BulkBody:
+    data: bytes
+    items: tuple[BulkItem, ...]
+    rest: int       # the body from here on is not read: sent as it came
+
+
+def _line(data: bytes, offset: int) -> tuple[int, int]:
+    """(end of the line at ``offset`` without its newline, start of the next line)."""
+    end = data.find(b"\n", offset)
+    return (len(data), len(data)) if end < 0 else (end, end + 1)
+
+
+def parse_action(line: bytes) -> tuple[str, dict[str, Any]] | None:
+    """``(action, metadata)`` of an action line, or None if it is not one."""
+    value = parse_object(line)
+    if value is None or len(value) != 1:
+        return None
+    (name, meta), = value.items()
+    return (name, meta) if name in ACTIONS and isinstance(meta, dict) else None
+
+
+def parse_object(text: bytes) -> dict[str, Any] | None:
+    """The JSON object ``text`` (UTF-8), or None if it is anything else or no valid JSON."""
+    try:
+        value = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def parse_bulk(data: bytes) -> BulkBody:
+    """The items of a bulk body, up to the first line that is not an action (or lacks its source)."""
+    items: list[BulkItem] = []
+    offset = 0
+    while offset < len(data):
+        action_end, following = _line(data, offset)
+        action = parse_action(data[offset:action_end])
+        if action is None:
+            break
+        name, meta = action
+        if name == "delete":
+            items.append(BulkItem(name, meta, offset, action_end, following))
+            offset = following
+            continue
+        if following >= len(data):
+            break
+        source_end, after = _line(data, following)
+        items.append(BulkItem(name, meta, offset, action_end, after, (following, source_end)))
+        offset = after
+    return BulkBody(data, tuple(items), offset)
+
+
+def spliceable(doc: Mapping[str, Any]) -> bool:
+    """Whether ``neardup`` may be spliced into ``doc``: it has no ``neardup`` key of any spelling."""
+    return not any(key == FIELD or key.startswith(FIELD + ".") for key in doc)
+
+
+def splice(source: bytes, doc: Mapping[str, Any], value: Mapping[str, Any]) -> bytes:
+    """``source`` (the JSON text of ``doc``) with ``"neardup": value`` before its final ``}``."""
+    brace = len(source.rstrip()) - 1
+    if brace < 0 or source[brace:brace + 1] != b"}":
+        raise ValueError("a JSON object ends with }")
+    field = json.dumps({FIELD: value}, ensure_ascii=False, separators=(",", ":")).encode("utf-8")[1:-1]
+    return source[:brace] + (b"," if doc else b"") + field + source[brace:]
+
+
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def value_spans(source: bytes) -> dict[str, tuple[int, int]] | None:
+    """The byte span of each top-level value of the JSON object ``source`` (the last one of a
+    key given twice), or None if it is no valid JSON object."""
+    try:
+        text = source.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    decoder = json.JSONDecoder()
+    spans: dict[str, tuple[int, int]] = {}
+    at = _SPACE.match(text, 0).end()  # type: ignore[union-attr]  # the pattern matches the empty string
+    if text[at:at + 1] != "{":
+        return None
+    at = _SPACE.match(text, at + 1).end()  # type: ignore[union-attr]
+    try:
+        while text[at:at + 1] != "}":
+            if text[at:at + 1] != '"':
+                return None
+            key, at = json.decoder.scanstring(text, at + 1)  # type: ignore[attr-defined]
+            at = _SPACE.match(text, at).end()  # type: ignore[union-attr]
+            if text[at:at + 1] != ":":
+                return None
+            start = _SPACE.match(text, at + 1).end()  # type: ignore[union-attr]
+            _, end = decoder.raw_decode(text, start)
+            spans[key] = (len(text[:start].encode("utf-8")), len(text[:end].encode("utf-8")))
+            at = _SPACE.match(text, end).end()  # type: ignore[union-attr]
+            if text[at:at + 1] == ",":
+                at = _SPACE.match(text, at + 1).end()  # type: ignore[union-attr]
+                if text[at:at + 1] == "}":
+                    return None
+            elif text[at:at + 1] != "}":
+                return None
+    except (ValueError, RecursionError):
+        return None
+    return spans if not text[at + 1:].strip(" \t\n\r") else None
+
+
+def splice_inner(source: bytes, span: tuple[int, int], doc: Mapping[str, Any], value: Mapping[str, Any]) -> bytes:
+    """``source`` with :func:`splice` applied to the object at ``span`` (one of its values)."""
+    start, end = span
+    return source[:start] + splice(source[start:end], doc, value) + source[end:]
+
+
+def action_line(action: str, meta: Mapping[str, Any]) -> bytes:
+    """An action line written by the proxy (when it gives the item an ``_id``)."""
+    return json.dumps({action: dict(meta)}, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def rebuild(body: BulkBody, sources: Mapping[int, bytes], actions: Mapping[int, bytes],
+            dropped: frozenset[int] | set[int]) -> bytes:
+    """The body with item ``k``'s source line replaced by ``sources[k]``, its action line by
+    ``actions[k]``, and the items ``dropped`` left out; every other byte as it was."""
+    data = body.data
+    out = bytearray()
+    for position, item in enumerate(body.items):
+        if position in dropped:
+            continue
+        out += actions.get(position, data[item.start:item.action_end])
+        if item.source is None:
+            out += data[item.action_end:item.end]
+            continue
+        start, end = item.source
+        out += data[item.action_end:start]
+        out += sources.get(position, data[start:end])
+        out += data[end:item.end]
+    out += data[body.rest:]
+    return bytes(out)
+
+
+def rejected_item(action: str, index: str, doc_id: str | None, reason: str) -> dict[str, Any]:
+    """A per-item result in the engine's shape: status 409, :data:`DUPLICATE_ERROR`."""
+    result: dict[str, Any] = {"_index": index}
+    if doc_id is not None:
+        result["_id"] = doc_id
+    result["status"] = 409
+    result["error"] = {"type": DUPLICATE_ERROR, "reason": reason, "index": index}
+    return {action: result}
+
+
+def merge_items(answer: Any, rejected: Mapping[int, dict[str, Any]], count: int) -> Any:
+    """The engine's answer to the body without the ``rejected`` items, with their results put
+    back at their positions among the ``count`` items read (items of the unread rest follow).
+    An answer without an ``items`` list (the whole request failed) is returned as it is."""
+    items = answer.get("items") if isinstance(answer, dict) else None
+    if not isinstance(items, list):
+        return answer
+    upstream = iter(items)
+    merged: list[Any] = []
+    for position in range(count):
+        if position in rejected:
+            merged.append(rejected[position])
+            continue
+        item = next(upstream, None)
+        if item is None:
+            break
+        merged.append(item)
+    merged.extend(upstream)
+    result = dict(answer)
+    result["errors"] = bool(rejected) or bool(answer.get("errors"))
+    result["items"] = merged
+    return result
+
+
+def all_rejected(rejected: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The answer to a bulk body whose every item was refused (nothing goes upstream)."""
+    return {"errors": True, "took": 0, "items": list(rejected)}

@@ -1,0 +1,312 @@
+"""Writes that get their fingerprint in the same request (``[enrich]``; I/O).
+
+For an index matching ``enrich.indices``, each document of a ``_bulk`` ``index``/``create`` item,
+of ``_doc`` and of ``_create`` gets the ``neardup`` object ``neardup index`` would store, spliced
+into the client's bytes (:mod:`neardup.proxy.handlers.bulk_body`); so do the ``upsert`` of a
+``_bulk`` ``update`` item, and its ``doc`` when that holds every ``indexer.fields`` key (the
+cluster keys of the old fingerprint cleared), without a duplicate check:
+
+1. the texts of the documents (``indexer.fields``), fingerprinted on the worker's
+   fingerprinting thread (never on the event loop), all of them, without a CPU bound;
+2. with ``on_duplicate`` ``tag`` or ``reject``: the candidates of each document in the index
+   (one ``_msearch`` with the client's own headers) and among the earlier documents of the same
+   request, verified at the index's ``[collapse]`` threshold and mode, by the decision
+   ``neardup load --on-duplicate`` makes (:mod:`neardup.fingerprint.matching`);
+3. ``tag`` adds ``neardup.duplicate_of``; ``reject`` leaves the item out of the request sent
+   upstream and answers it 409 ``neardup_duplicate_exception`` in its place among the engine's
+   own results. A document of the same request that a later one duplicates and that has no
+   ``_id`` is given one, so that it can be named.
+
+A body of another type than JSON (NDJSON for ``_bulk``; YAML, CBOR, SMILE), a document that is
+no JSON object, that has no text in the fields, or that holds a ``neardup`` key already is sent
+as it came (the engine answers for the first kind; ``neardup index`` handles
+the last). A request with nothing to change is forwarded byte for byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl
+
+from aiohttp import web
+
+from neardup.config import EnrichIndex, collapse_settings_for, enrich_settings_for
+from neardup.fingerprint import Fingerprint, matching
+from neardup.fingerprint.matching import Match, RunIndex
+from neardup.fingerprint.texts import document_text
+from neardup.proxy.grouping.query_fingerprints import whole_in_thread
+from neardup.proxy.handlers import bulk_body, exchange
+from neardup.proxy.handlers.context import OUTCOME, Incoming, ProxyState, receive
+from neardup.proxy.handlers.forward import forward, stream_back
+from neardup.proxy.handlers.missing_fingerprints import fingerprinting
+from neardup.proxy.handlers.write_routes import Write
+from neardup.proxy.transport import errors, framing, jsonio
+from neardup.proxy.transport.engine import ENGINE
+
+#: Candidates fetched from the index per new document (as ``neardup load``).
+MAX_CANDIDATES = 50
+
+
+@dataclass
+class Doc:
+    """One document of the request that is fingerprinted."""
+
+    position: int            # its item's position in the request
+    index: str
+    id: str | None
+    doc: dict[str, Any]
+    text: str
+    settings: EnrichIndex
+    fingerprint: Fingerprint | None = None
+    match: Match | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+async def write(state: ProxyState, request: web.Request, raw_path: str, query: str,
+                target: Write) -> web.StreamResponse:
+    """Answer the write ``target``: enriched where ``[enrich]`` says so, else forwarded unchanged."""
+    config = state.config.enrich
+    content_type = request.headers.get("Content-Type")
+    if not (framing.is_json(content_type) if target.kind == "doc" else framing.is_ndjson(content_type)) \
+            or (target.kind == "doc" and (target.index is None or enrich_settings_for(config, target.index) is None)):
+        return await forward(request, raw_path, query)
+    incoming = await receive(request, raw_path, query, state.config.proxy.max_body_bytes)
+    if target.kind == "doc":
+        return await _one(state, incoming, target)
+    return await _bulk(state, incoming, target)
+
+
+async def _one(state: ProxyState, incoming: Incoming, target: Write) -> web.StreamResponse:
+    assert target.index is not None
+    request, body = incoming.request, incoming.body
+    settings = enrich_settings_for(state.config.enrich, target.index)
+    doc = bulk_body.parse_object(body)
+    found = _document(state, 0, target.index, target.id, doc, settings)
+    if found is None:
+        return await forward(request, incoming.raw_path, incoming.query, body=incoming.raw_body)
+    await _decide(state, request, [found])
+    if found.match is not None and found.settings.on_duplicate == "reject":
+        request[OUTCOME] = "enriched:rejected"
+        raise errors.ProxyError(409, bulk_body.DUPLICATE_ERROR, matching.duplicate_reason(found.match))
+    return await _send(state, incoming, _spliced(body, found))
+
+
+async def _bulk(state: ProxyState, incoming: Incoming, target: Write) -> web.StreamResponse:
+    request, body = incoming.request, incoming.body
+    parsed = bulk_body.parse_bulk(body)
+    docs: list[Doc] = []
+    parts: list[UpdatePart] = []
+    for position, item in enumerate(parsed.items):
+        index = item.index(target.index)
+        settings = enrich_settings_for(state.config.enrich, index) if index is not None else None
+        if item.source is None or index is None or settings is None:
+            continue
+        start, end = item.source
+        if item.action == "update":
+            parts += _update_parts(state, position, index, body[start:end], settings)
+            continue
+        found = _document(state, position, index, item.id, bulk_body.parse_object(body[start:end]), settings)
+        if found is not None:
+            docs.append(found)
+    if not docs and not parts:
+        return await forward(request, incoming.raw_path, incoming.query, body=incoming.raw_body)
+    named = await _decide(state, request, docs)
+    sources: dict[int, bytes] = await _updated(state, body, parsed, parts)
+    actions: dict[int, bytes] = {}
+    for position, doc_id in named.items():
+        item = parsed.items[position]
+        actions[position] = bulk_body.action_line(item.action, {**item.meta, "_id": doc_id})
+    rejected: dict[int, dict[str, Any]] = {}
+    for doc in docs:
+        if doc.match is not None and doc.settings.on_duplicate == "reject":
+            rejected[doc.position] = bulk_body.rejected_item(parsed.items[doc.position].action, doc.index,
+                                                             doc.id, matching.duplicate_reason(doc.match))
+            continue
+        start, end = parsed.items[doc.position].source or (0, 0)
+        sources[doc.position] = _spliced(body[start:end], doc)
+    new_body = bulk_body.rebuild(parsed, sources, actions, set(rejected))
+    if not rejected:
+        return await _send(state, incoming, new_body)
+    request[OUTCOME] = "enriched:rejected"
+    pretty = _pretty(incoming.query)
+    if not new_body.strip():
+        return exchange.respond(incoming, 200, {"Content-Type": errors.JSON_CONTENT_TYPE},
+                                bulk_body.all_rejected(list(rejected.values())), pretty)
+    reply = await state.upstream.exchange(request.method, incoming.path_qs, _headers(request), new_body)
+    try:
+        answer = jsonio.loads(framing.gunzip_response(reply.body, reply.headers.get("Content-Encoding")))
+    except (OSError, EOFError, ValueError):
+        answer = None
+    merged = bulk_body.merge_items(answer, rejected, len(parsed.items))
+    if merged is None or merged is answer:   # not the engine's usual answer: passed on as it came
+        response = web.Response(status=reply.status, body=reply.body)
+        for name, value in framing.response_headers(reply.headers):
+            response.headers.add(name, value)
+        return response
+    return exchange.respond(incoming, reply.status, reply.headers, merged, pretty)
+
+
+@dataclass(frozen=True)
+class UpdatePart:
+    """An object of an ``update`` item that gets a fingerprint: ``upsert`` (the whole document
+    when none exists) or ``doc`` (a partial document holding every ``indexer.fields`` key, so
+    the updated document's text is its text)."""
+
+    position: int
+    span: tuple[int, int]    # of the object within the source line
+    doc: dict[str, Any]
+    text: str
+    clears: bool             # a partial document: clear the cluster keys of the old fingerprint
+
+
+def _update_parts(state: ProxyState, position: int, index: str, source: bytes,
+                  settings: EnrichIndex) -> list[UpdatePart]:
+    """The objects of an ``update`` item's source line to fingerprint (never checked for
+    duplicates: an update is no insertion of a new document)."""
+    spans = bulk_body.value_spans(source)
+    update = bulk_body.parse_object(source) if spans is not None else None
+    if update is None or spans is None:
+        return []
+    fields = state.config.indexer.fields
+    parts = []
+    for key in ("doc", "upsert"):
+        value = update.get(key)
+        found = _document(state, position, index, None, value if isinstance(value, dict) else None, settings)
+        if found is None or (key == "doc" and not all(name in found.doc for name in fields)):
+            continue
+        parts.append(UpdatePart(position, spans[key], found.doc, found.text, key == "doc"))
+    return parts
+
+
+async def _updated(state: ProxyState, body: bytes, parsed: bulk_body.BulkBody,
+                   parts: Sequence[UpdatePart]) -> dict[int, bytes]:
+    """The source lines of the ``update`` items with their ``parts`` spliced, by position."""
+    if not parts:
+        return {}
+    loop = asyncio.get_running_loop()
+    fingerprints = await loop.run_in_executor(fingerprinting(state).executor(), whole_in_thread,
+                                              [part.text for part in parts])
+    lines: dict[int, bytes] = {}
+    # right to left within a line, so the spans of the parts before stay valid
+    for part, fingerprint in sorted(zip(parts, fingerprints), key=lambda p: (p[0].position, -p[0].span[0])):
+        start, end = parsed.items[part.position].source or (0, 0)
+        line = lines.get(part.position, body[start:end])
+        value = fingerprint.to_source()
+        if part.clears:
+            value.update(dict.fromkeys(bulk_body.CLUSTER_KEYS))
+        lines[part.position] = bulk_body.splice_inner(line, part.span, part.doc, value)
+    return lines
+
+
+def _document(state: ProxyState, position: int, index: str, doc_id: str | None, doc: dict[str, Any] | None,
+              settings: EnrichIndex | None) -> Doc | None:
+    """The document to fingerprint, or None: not enriched, no JSON object, no text, or its own ``neardup``."""
+    if settings is None or doc is None or not bulk_body.spliceable(doc):
+        return None
+    _, text = document_text(doc, state.config.indexer.fields)
+    return Doc(position, index, doc_id, doc, text, settings) if text is not None else None
+
+
+async def _decide(state: ProxyState, request: web.Request, docs: Sequence[Doc]) -> dict[int, str]:
+    """Fingerprint ``docs``, then find the duplicates where asked; returns the ``_id`` given to
+    each document of the request that a later one duplicates and that had none, by position."""
+    worker = fingerprinting(state)
+    loop = asyncio.get_running_loop()
+    fingerprints = await loop.run_in_executor(worker.executor(), whole_in_thread, [d.text for d in docs])
+    for doc, fingerprint in zip(docs, fingerprints):
+        doc.fingerprint = fingerprint
+    checked = [d for d, fingerprint in zip(docs, fingerprints)
+               if d.settings.on_duplicate != "allow" and not fingerprint.is_empty]
+    if not checked:
+        return {}
+    from_index = await _candidates(state, request, checked, worker.version)
+    runs: dict[str, RunIndex] = {}
+    unnamed: dict[str, Doc] = {}     # run-index key of a document without _id → the document
+    named: dict[int, str] = {}
+    for doc in checked:
+        assert doc.fingerprint is not None
+        _, threshold, mode = collapse_settings_for(state.config.collapse, doc.index)
+        run = runs.setdefault(doc.index, RunIndex())
+        match = matching.find_duplicate(doc.fingerprint, from_index.get(doc.position, []), run, threshold, mode,
+                               exclude_id=doc.id)
+        if match is not None and match.id in unnamed:
+            earlier = unnamed.pop(match.id)
+            earlier.id = named[earlier.position] = _new_id()
+            match = Match(earlier.id, match.similarity, doc.index)
+            run.ids[run.ids.index(f"\0{earlier.position}")] = earlier.id
+        if match is not None and doc.settings.on_duplicate == "tag":
+            doc.extra[matching.DUPLICATE_OF] = matching.duplicate_of(match)
+        doc.match = match
+        if match is None or doc.settings.on_duplicate == "tag":
+            key = doc.id if doc.id is not None else f"\0{doc.position}"
+            if doc.id is None:
+                unnamed[key] = doc
+            run.add(key, doc.fingerprint)
+    return named
+
+
+async def _candidates(state: ProxyState, request: web.Request, docs: Sequence[Doc],
+                      version: str) -> dict[int, list[tuple[str, str, Fingerprint]]]:
+    """The candidates of each document in its index, by position (one ``_msearch``). An index
+    that does not exist yet has none; any other failure of the lookup fails the write."""
+    lines = []
+    for doc in docs:
+        assert doc.fingerprint is not None
+        lines.append(json.dumps({"index": doc.index}))
+        lines.append(json.dumps(matching.candidate_search(doc.fingerprint.to_source(), version, MAX_CANDIDATES,
+                                                 exclude_id=doc.id)))
+    body = ("\n".join(lines) + "\n").encode("utf-8")
+    headers = exchange.upstream_headers(request, framing.ndjson_content_type_for(
+        request.headers.get("Accept"), request.app[ENGINE].reads_compatible_with))
+    reply = await state.upstream.exchange("POST", "/_msearch", headers, body)
+    try:
+        answer = jsonio.loads(framing.gunzip_response(reply.body, reply.headers.get("Content-Encoding")))
+    except (OSError, EOFError, ValueError):
+        answer = None
+    responses = answer.get("responses") if isinstance(answer, dict) else None
+    if reply.status != 200 or not isinstance(responses, list) or len(responses) != len(docs):
+        raise errors.ProxyError(reply.status if reply.status >= 400 else 502, "neardup_duplicate_lookup_exception",
+                                "looking up near-duplicates failed: " + reply.body[:300].decode("utf-8", "replace"))
+    found: dict[int, list[tuple[str, str, Fingerprint]]] = {}
+    for doc, response in zip(docs, responses):
+        error = response.get("error") if isinstance(response, dict) else None
+        if error is not None:
+            kind = error.get("type") if isinstance(error, dict) else None
+            if kind == "index_not_found_exception":
+                continue
+            raise errors.ProxyError(int(response.get("status", 502)), str(kind or "exception"),
+                                    f"looking up near-duplicates in [{doc.index}] failed: {error}")
+        found[doc.position] = matching.candidates_from_hits(response["hits"]["hits"])
+    return found
+
+
+def _spliced(source: bytes, doc: Doc) -> bytes:
+    assert doc.fingerprint is not None
+    return bulk_body.splice(source, doc.doc, {**doc.fingerprint.to_source(), **doc.extra})
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _headers(request: web.Request) -> list[tuple[str, str]]:
+    """The client's headers for the body the proxy rewrote (sent decoded, of the client's type)."""
+    return framing.request_headers(request.headers, drop=("content-length", "content-encoding"))
+
+
+def _pretty(query: str) -> bool:
+    return any(name == "pretty" and value.lower() != "false"
+               for name, value in parse_qsl(query, keep_blank_values=True))
+
+
+async def _send(state: ProxyState, incoming: Incoming, body: bytes) -> web.StreamResponse:
+    """The rewritten request sent upstream, the engine's answer streamed back unchanged."""
+    incoming.request[OUTCOME] = "enriched"
+    upstream = await state.upstream.send(incoming.request.method, incoming.path_qs,
+                                         _headers(incoming.request), body)
+    return await stream_back(incoming.request, upstream, [])
