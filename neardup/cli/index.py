@@ -12,6 +12,8 @@ from neardup.cli.options import (
     add_index_job_options,
     clear_errors,
     fail,
+    port,
+    seconds,
     with_cluster,
     with_flags,
     with_options,
@@ -84,19 +86,6 @@ def print_follow_result(args: argparse.Namespace, result: FollowResult, cluster:
     return EXIT_OK
 
 
-def seconds(text: str) -> float:
-    """argparse type: a number of seconds, more than 0."""
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text}: must be more than 0 seconds")
-    return value
-
-
-def port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{text}: a port is 0 to 65535")
-    return value
 
 
 def register(subparsers: Subparsers) -> None:

@@ -144,3 +144,19 @@ def retrier(config: Config) -> Retrier:
 
 def fingerprinter(config: Config) -> Fingerprinter:
     return Fingerprinter(config.fingerprint)
+
+
+def seconds(text: str) -> float:
+    """argparse type: a number of seconds, more than 0."""
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be more than 0 seconds")
+    return value
+
+
+def port(text: str) -> int:
+    """argparse type: a TCP port, 0 (any free one) to 65535."""
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text}: a port is 0 to 65535")
+    return value
