@@ -38,7 +38,7 @@ from neardup.indexer.errors import EXIT_OK, EXIT_STOPPED
 from tests.cluster_support import node_client, scan_hits
 from tests.engine_support import bulk_load
 from tests.plugins.corpora import neardup_env, run_neardup, with_seed
-from tests.plugins.elasticsearch import StartedNode, run_es_script
+from tests.plugins.elasticsearch import StartedNode
 from tests.reliability_support import Outcome, es_error_type, fetch
 from tests.test_proxy_support import ProxyThread, make_config
 
@@ -115,7 +115,6 @@ def fingerprinter() -> Fingerprinter:
 def outage(reuters_docs: list[dict[str, Any]], fingerprinter: Fingerprinter) -> Iterator[Scenario]:
     node = StartedNode("reliability", "off", "512m")
     url = node.endpoint.url
-    port = url.rsplit(":", 1)[1]
     es = node_client(url, request_timeout=120)
     try:
         index = f"reliab-outage-{uuid.uuid4().hex[:8]}"
@@ -141,16 +140,13 @@ def outage(reuters_docs: list[dict[str, Any]], fingerprinter: Fingerprinter) -> 
                     assert time.monotonic() < deadline, "the indexer made no progress"
                     time.sleep(0.2)
                 scenario.enriched_before_stop = enriched
-                stopped = run_es_script("stop", "--home", str(node.home), timeout=120)
-                assert stopped.returncode == 0, stopped.stderr
+                node.halt()
                 scenario.down_at = time.monotonic()
                 out, err = job.communicate(timeout=300)
                 scenario.first_run = subprocess.CompletedProcess(job.args, job.returncode, out, err)
                 time.sleep(max(0.0, scenario.down_at + 4.0 - time.monotonic()))  # down for a while
                 scenario.restart_at = time.monotonic()
-                started = run_es_script("start", "--home", str(node.home), "--port", port,
-                                         "--security", "off", "--heap", "512m", timeout=600)
-                assert started.returncode == 0, started.stderr
+                node.restart()
                 scenario.up_at = time.monotonic()
                 time.sleep(RECOVERY_GRACE + 5.0)
             finally:

@@ -33,7 +33,7 @@ from neardup.upstream import ClusterInfo
 from tests.cluster_support import node_client
 from tests.engine_support import create_index, delete_index, index_document, update_document
 from tests.plugins.corpora import ROOT, neardup_env
-from tests.plugins.elasticsearch import StartedNode, run_es_script
+from tests.plugins.elasticsearch import StartedNode
 from tests.test_proxy_support import ProxyThread, free_port, make_config, search
 
 pytestmark = [pytest.mark.es, pytest.mark.timeout(300)]
@@ -264,7 +264,6 @@ def test_usage_errors() -> None:
 def test_it_survives_a_node_restart(stories: list[dict[str, Any]]) -> None:
     node = StartedNode("follow-restart", "off", "512m")
     url = node.endpoint.url
-    port = url.rsplit(":", 1)[1]
     client = node_client(url, request_timeout=60)
     try:
         index = f"follow-restart-{uuid.uuid4().hex[:8]}"
@@ -274,13 +273,10 @@ def test_it_survives_a_node_restart(stories: list[dict[str, Any]]) -> None:
                 index_document(client, index, f"before{s}", {**story, "updated": now()})
             eventually(lambda: all(FIELD in stored(client, index, f"before{s}")["_source"] for s in range(3)),
                        what="stories before the restart fingerprinted")
-            stopped = run_es_script("stop", "--home", str(node.home), timeout=120)
-            assert stopped.returncode == 0, stopped.stderr
+            node.halt()
             time.sleep(4.0)
             assert follower.running(), "the follower exited while the node was down"
-            started = run_es_script("start", "--home", str(node.home), "--port", port,
-                                     "--security", "off", "--heap", "512m", timeout=600)
-            assert started.returncode == 0, started.stderr
+            node.restart()
             client.close()
             client = node_client(url, request_timeout=60)
             client.cluster.health(index=index, wait_for_status="yellow")  # waits up to 30 s

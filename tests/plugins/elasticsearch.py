@@ -115,7 +115,7 @@ class StartedNode:
 
     def __init__(self, name: str, security: str, heap: str) -> None:
         self.home = ROOT / "run" / f"pytest-{name}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.security = security
+        self.security, self.heap = security, heap
         try:
             result = run_es_script("start", "--port", "auto", "--home", str(self.home),
                                     "--security", security, "--heap", heap, "--fresh",
@@ -136,6 +136,19 @@ class StartedNode:
 
     def stop(self) -> None:
         run_es_script("stop", "--home", str(self.home), "--purge", timeout=120)
+
+    def halt(self) -> None:
+        """Stop the node and keep its data, for :meth:`restart` (a node going down under a client)."""
+        result = run_es_script("stop", "--home", str(self.home), timeout=120)
+        assert result.returncode == 0, result.stderr
+
+    def restart(self) -> None:
+        """Start the halted node again, on its port and with its data."""
+        port = self.endpoint.url.rsplit(":", 1)[1]
+        result = run_es_script("start", "--home", str(self.home), "--port", port, "--security", self.security,
+                               "--heap", self.heap, timeout=600,
+                               env=None if self.security == "off" else _secured_node_env())
+        assert result.returncode == 0, result.stderr
 
 
 def _text(value: str | bytes | None) -> str:
