@@ -338,3 +338,22 @@ def test_the_metrics_count_enriched_documents_by_outcome(proxy: str, indices: st
                for line in raw.decode().splitlines() if line.startswith("neardup_proxy_enriched_documents_total{")}
     assert counted == {"fingerprinted": 2.0, "rejected": 1.0, "tagged": 1.0, "without_text": 1.0,
                        "fingerprint_removed": 1.0}
+
+
+def test_filter_path_applies_to_the_merged_answer_with_the_rejected_items(proxy: str, es_url: str,
+                                                                         indices: str) -> None:
+    index = f"{indices}-reject"
+    bulk(proxy, [b'{"index":{"_id":"a"}}', doc_bytes("Oil", story(22))], index)
+    body = b"\n".join([b'{"index":{"_id":"b"}}', doc_bytes("Grain", story(23)), b'{"create":{"_id":"c"}}',
+                       doc_bytes("Oil", story(22)), b'{"delete":{"_id":"zz"}}']) + b"\n"
+    status, raw = call(proxy, "POST", f"/{index}/_bulk?filter_path=errors,items.*.status&refresh=true",
+                       body, "application/x-ndjson")
+    assert status == 200 and json.loads(raw) == {"errors": True, "items": [
+        {"index": {"status": 201}}, {"create": {"status": 409}}, {"delete": {"status": 404}}]}, raw
+    status, raw = call(proxy, "POST", f"/{index}/_bulk?filter_path=items.*.error.type", body, "application/x-ndjson")
+    assert status == 200 and json.loads(raw) == {"items": [{"create": {"error": {
+        "type": "neardup_duplicate_exception"}}}]}, raw
+    only = b'{"index":{"_id":"d"}}\n' + doc_bytes("Oil", story(22)) + b"\n"   # every item refused: no upstream
+    status, raw = call(proxy, "POST", f"/{index}/_bulk?filter_path=-took,-items.*.error", only, "application/x-ndjson")
+    assert status == 200 and json.loads(raw) == {"errors": True, "items": [{"index": {
+        "_index": index, "_id": "d", "status": 409}}]}, raw

@@ -46,10 +46,11 @@ from neardup.fingerprint import FIELD, Fingerprint, matching
 from neardup.fingerprint.matching import Match, RunIndex
 from neardup.fingerprint.texts import document_text
 from neardup.proxy.grouping.query_fingerprints import whole_in_thread
-from neardup.proxy.handlers import bulk_body, exchange
+from neardup.proxy.handlers import bulk_body, exchange, filter_path
 from neardup.proxy.handlers.context import OUTCOME, Incoming, ProxyState, receive
 from neardup.proxy.handlers.forward import forward, stream_back
 from neardup.proxy.handlers.missing_fingerprints import fingerprinting
+from neardup.proxy.handlers.params import split_query
 from neardup.proxy.handlers.write_routes import Write
 from neardup.proxy.transport import errors, framing, jsonio
 from neardup.proxy.transport.engine import ENGINE
@@ -161,22 +162,45 @@ async def _bulk(state: ProxyState, incoming: Incoming, target: Write) -> web.Str
     if not rejected:
         return await _send(state, incoming, new_body)
     request[OUTCOME] = "enriched:rejected"
+    return await _merged(state, incoming, new_body, rejected, len(parsed.items))
+
+
+async def _merged(state: ProxyState, incoming: Incoming, body: bytes, rejected: dict[int, dict[str, Any]],
+                  count: int) -> web.StreamResponse:
+    """Send the ``_bulk`` ``body`` left after the ``rejected`` items; answer the engine's result
+    with theirs merged back. The client's ``filter_path`` is applied to the merged answer (the
+    engine gets the request without it: filtered, its ``items`` could not be matched to
+    positions); one the proxy cannot apply exactly goes to the engine as it came."""
+    request = incoming.request
     pretty = _pretty(incoming.query)
-    if not new_body.strip():
+    params = split_query(incoming.query)
+    try:
+        client_filter = filter_path.parse(next((v for n, v, _ in params if n == "filter_path"), ""),
+                                          drop_empty=state.upstream.engine.is_opensearch)
+        path_qs = incoming.raw_path + "".join(
+            ("?" if k == 0 else "&") + raw
+            for k, raw in enumerate(raw for name, _, raw in params if name != "filter_path"))
+    except filter_path.UnsupportedFilterPath:
+        client_filter, path_qs = None, incoming.path_qs
+
+    def filtered(value: Any) -> Any:
+        return client_filter.apply(value) if client_filter is not None else value
+
+    if not body.strip():
         return exchange.respond(incoming, 200, {"Content-Type": errors.JSON_CONTENT_TYPE},
-                                bulk_body.all_rejected(list(rejected.values())), pretty)
-    reply = await state.upstream.exchange(request.method, incoming.path_qs, _headers(request), new_body)
+                                filtered(bulk_body.all_rejected(list(rejected.values()))), pretty)
+    reply = await state.upstream.exchange(request.method, path_qs, _headers(request), body)
     try:
         answer = jsonio.loads(framing.gunzip_response(reply.body, reply.headers.get("Content-Encoding")))
     except (OSError, EOFError, ValueError):
         answer = None
-    merged = bulk_body.merge_items(answer, rejected, len(parsed.items))
+    merged = bulk_body.merge_items(answer, rejected, count)
     if merged is None or merged is answer:   # not the engine's usual answer: passed on as it came
         response = web.Response(status=reply.status, body=reply.body)
         for name, value in framing.response_headers(reply.headers):
             response.headers.add(name, value)
         return response
-    return exchange.respond(incoming, reply.status, reply.headers, merged, pretty)
+    return exchange.respond(incoming, reply.status, reply.headers, filtered(merged), pretty)
 
 
 @dataclass(frozen=True)
