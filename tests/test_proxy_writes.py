@@ -245,11 +245,13 @@ def fingerprint_part(stored: Any, title: str, body: str) -> bool:
     return isinstance(stored, dict) and {key: stored.get(key) for key in expected} == expected
 
 
-def test_partial_updates_of_the_text_are_fingerprinted_again_by_the_follower(proxy: str, es_url: str,
-                                                                            indices: str) -> None:
+@pytest.mark.parametrize("follow_args", [(), ("--since-field", "updated")])
+def test_partial_updates_of_the_text_are_fingerprinted_again_by_the_follower(
+        proxy: str, es_url: str, indices: str, follow_args: tuple[str, ...]) -> None:
     index = f"{indices}-allow"
+    written = ', "updated": "2024-05-01T12:00:00Z"'    # the updates below leave it as it was
     lines = [line for n in (1, 2, 3) for line in (f'{{"index":{{"_id":"p{n}"}}}}'.encode(),
-                                                   doc_bytes("Oil", story(10 + n)))]
+                                                   doc_bytes("Oil", story(10 + n), written))]
     assert bulk(proxy, lines, index)[1]["errors"] is False
     status, answer = bulk(proxy, [b'{"update":{"_id":"p1"}}', f'{{"doc":{{"body":"{story(21)}"}}}}'.encode(),
                                   b'{"update":{"_id":"p3"}}', b'{"doc":{"n":2}}'], index)
@@ -258,7 +260,7 @@ def test_partial_updates_of_the_text_are_fingerprinted_again_by_the_follower(pro
     assert status == 200 and json.loads(raw)["result"] == "updated", raw
     assert neardup_of(es_url, index, "p1") is None and neardup_of(es_url, index, "p2") is None
     assert neardup_of(es_url, index, "p3") == fingerprint_of("Oil", story(13))   # no text touched: kept
-    with FollowProcess(es_url, index):
+    with FollowProcess(es_url, index, *follow_args):
         eventually(lambda: fingerprint_part(neardup_of(es_url, index, "p1"), "Oil", story(21))
                    and fingerprint_part(neardup_of(es_url, index, "p2"), "Grain", story(12)),
                    what="the follower fingerprints the updated documents",
