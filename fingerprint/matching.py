@@ -20,7 +20,8 @@ proxy), :class:`RunIndex` keeps the fingerprints written so far in memory, keyed
 
 The decision is shared by ``neardup load --on-duplicate`` and the proxy's enriched writes
 (``[enrich]``): :func:`find_duplicate` over the candidates of the index and of the run, and
-:func:`duplicate_of`, the value a tagged document stores at ``neardup.duplicate_of``.
+:func:`duplicate_of`, the value a tagged document stores at ``neardup.duplicate_of`` (an object
+``{id, similarity}``, mapped as :data:`DUPLICATE_OF_MAPPING`).
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ def verified_matches(fingerprint: Fingerprint, candidates: Iterable[tuple[str, s
 
 #: Key of ``neardup`` naming the document a tagged near-duplicate duplicates.
 DUPLICATE_OF = "duplicate_of"
+#: The mapping of ``neardup.duplicate_of``: the earlier document's ``_id`` and the similarity.
+DUPLICATE_OF_MAPPING: dict[str, Any] = {"properties": {"id": {"type": "keyword"}, "similarity": {"type": "float"}}}
 
 
 def find_duplicate(fingerprint: Fingerprint, from_index: Iterable[tuple[str, str, Fingerprint]],
@@ -90,9 +93,10 @@ def find_duplicate(fingerprint: Fingerprint, from_index: Iterable[tuple[str, str
                       exclude_id=exclude_id)
 
 
-def duplicate_of(match: Match) -> str:
-    """The value of ``neardup.duplicate_of`` (mapped ``keyword``): the earlier document's id."""
-    return match.id
+def duplicate_of(match: Match) -> dict[str, Any]:
+    """The value of ``neardup.duplicate_of``: the earlier document's ``_id`` and the estimated
+    similarity (4 decimals, as the reasons and summaries show it)."""
+    return {"id": match.id, "similarity": round(match.similarity, 4)}
 
 
 def duplicate_reason(match: Match) -> str:

@@ -15,8 +15,9 @@ to name a document of the same chunk).
 Uniqueness control (``--on-duplicate``):
 
 * ``allow``: every document is loaded (no checks);
-* ``tag``: a near-duplicate is loaded with ``neardup.duplicate_of`` = the id of the most similar
-  earlier document;
+* ``tag``: a near-duplicate is loaded with ``neardup.duplicate_of`` = ``{id, similarity}`` of the
+  most similar earlier document (an index mapping it as a keyword, as older versions did, is a
+  mapping conflict: nothing is loaded);
 * ``skip``: a near-duplicate is not loaded.
 
 "Earlier" means documents already in the index (found by a candidate search per document,

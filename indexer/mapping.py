@@ -20,18 +20,15 @@ does not get in the way: the fields are added explicitly with the put-mapping AP
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from neardup.fingerprint import FIELD, es_mapping
-from neardup.fingerprint.matching import DUPLICATE_OF
+from neardup.fingerprint.matching import DUPLICATE_OF, DUPLICATE_OF_MAPPING
 from neardup.indexer.client import Client
 from neardup.indexer.errors import ClusterApiError, JobError, error_type_and_reason
 from neardup.indexer.retry import Retrier
-
-#: Added to the fingerprint's mapping by ``neardup load --on-duplicate tag``.
-DUPLICATE_OF_MAPPING = {"type": "keyword"}
 
 #: Shortest ``ignore_above`` that keeps every value we store in a keyword sub-field.
 MIN_IGNORE_ABOVE = 64
@@ -45,8 +42,23 @@ def wanted_properties(with_duplicate_of: bool = False) -> dict[str, dict[str, An
     properties = {name: dict(definition)
                   for name, definition in es_mapping()["properties"][FIELD]["properties"].items()}
     if with_duplicate_of:
-        properties[DUPLICATE_OF] = dict(DUPLICATE_OF_MAPPING)
+        properties[DUPLICATE_OF] = json.loads(json.dumps(DUPLICATE_OF_MAPPING))   # a deep copy
     return properties
+
+
+def leaf_definitions(wanted: Mapping[str, Mapping[str, Any]], *,
+                     with_objects: bool = False) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(dotted name, definition) of each wanted field below ``neardup`` that holds values (the
+    field-mapping API shows those only); ``with_objects``: each object too, as ``{"type": "object"}``,
+    so that a leaf mapped where an object is wanted (an older ``duplicate_of`` keyword) is a conflict."""
+    for name, definition in wanted.items():
+        if "properties" not in definition:
+            yield name, definition
+            continue
+        if with_objects:
+            yield name, {"type": "object"}
+        for sub, inner in leaf_definitions(definition["properties"], with_objects=with_objects):
+            yield f"{name}.{sub}", inner
 
 
 def _same(existing: Any, wanted: Any) -> bool:
@@ -102,7 +114,7 @@ def mapping_conflicts(root_mappings: Mapping[str, Mapping[str, Any]],
         found = object_conflicts(root_mappings[index])
         if not found:
             fields = field_mappings.get(index, {})
-            for name, definition in wanted.items():
+            for name, definition in leaf_definitions(wanted, with_objects=True):
                 existing = fields.get(f"{FIELD}.{name}")
                 if existing is not None:
                     found.extend(field_conflicts(name, existing, definition))
@@ -113,9 +125,11 @@ def mapping_conflicts(root_mappings: Mapping[str, Mapping[str, Any]],
 def missing_properties(field_mappings: Mapping[str, Mapping[str, Any]],
                        indices: Iterable[str],
                        wanted: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The wanted sub-fields that at least one of the indices lacks."""
+    """The wanted sub-fields that at least one of the indices lacks (an object: one of its leaves)."""
+    indices = list(indices)
     return {name: dict(definition) for name, definition in wanted.items()
-            if any(f"{FIELD}.{name}" not in field_mappings.get(index, {}) for index in indices)}
+            if any(f"{FIELD}.{leaf}" not in field_mappings.get(index, {}) for index in indices
+                   for leaf, _ in leaf_definitions({name: definition}))}
 
 
 def field_paths(mapping: Mapping[str, Any], prefix: str = "", *,

@@ -80,7 +80,10 @@ def test_rejected_items_are_merged_back_in_their_places() -> None:
     ("PUT", "/news/_create/1", Write("doc", "news", "1")),
     ("PUT", "/news/_doc", None),
     ("GET", "/news/_doc/1", None),
-    ("POST", "/news/_update/1", None),
+    ("POST", "/news/_update/1", Write("update", "news", "1")),
+    ("PUT", "/news/_update/a%2Fb", Write("update", "news", "a/b")),
+    ("POST", "/news/_update", None),
+    ("GET", "/news/_update/1", None),
     ("POST", "/news//_bulk", None),
 ])
 def test_write_routes(method: str, path: str, expected: Write | None) -> None:
@@ -97,3 +100,40 @@ def test_the_values_of_an_update_line_are_found_and_spliced_in_place() -> None:
     for bad in (b'{"a":1,}', b'{"a":1} x', b"[1]", b'{"a" 1}', b"\xff"):
         assert bulk_body.value_spans(bad) is None
     assert bulk_body.value_spans(b"{ }") == {}
+
+
+def test_a_partial_doc_touches_the_text_when_it_sets_a_field_or_an_object_above_or_below_one() -> None:
+    fields = ["title", "meta.body"]
+    assert bulk_body.touches({"title": "x"}, fields)
+    assert bulk_body.touches({"meta": {"author": "y"}}, fields)      # may replace meta.body
+    assert bulk_body.touches({"title.en": "x"}, fields)
+    assert bulk_body.touches({"meta.body": None}, fields)
+    assert not bulk_body.touches({"n": 1, "titles": "x", "meta2": {}}, fields)
+    assert not bulk_body.touches({}, fields)
+
+
+def test_a_stale_fingerprint_is_spliced_as_null_and_an_inline_script_starts_by_removing_it() -> None:
+    assert bulk_body.splice(b'{"body" : "x"}', {"body": "x"}, None) == b'{"body" : "x","neardup":null}'
+    line = b'{ "script" : {"lang":"painless", "source" : "ctx._source.body = \\"\\u00e9\\"", "params":{}},"upsert":{}}'
+    update = json.loads(line)
+    spans = bulk_body.value_spans(line)
+    assert spans is not None
+    span = bulk_body.inline_script_span(line, update, spans)
+    assert span is not None and line[span[0]:span[1]] == b'"ctx._source.body = \\"\\u00e9\\""'
+    out = bulk_body.replace_spans(line, {span: bulk_body.prepend_to_string(line[span[0]:span[1]],
+                                                                           bulk_body.REMOVE_FINGERPRINT),
+                                         spans["upsert"]: b'{"neardup":{}}'})
+    assert out == line.replace(b'"ctx._', b'"ctx._source.remove(\'neardup\');ctx._', 1).replace(
+        b'"upsert":{}', b'"upsert":{"neardup":{}}')
+    assert json.loads(out)["script"]["source"] == "ctx._source.remove('neardup');" + update["script"]["source"]
+    short = b'{"script":"ctx._source.n += 1"}'
+    assert bulk_body.inline_script_span(short, json.loads(short), bulk_body.value_spans(short) or {}) == (10, 30)
+    for other in (b'{"script":{"id":"stored"}}', b'{"script":{"source":"x","lang":"mustache"}}', b'{"doc":{}}',
+                  b'{"script":{"source":1}}'):
+        assert bulk_body.inline_script_span(other, json.loads(other), bulk_body.value_spans(other) or {}) is None
+
+
+def test_a_refusal_of_another_kind_keeps_the_engines_item_shape() -> None:
+    assert bulk_body.rejected_item("index", "a", "1", "mapped as keyword", 400, "neardup_mapping_exception") == {
+        "index": {"_index": "a", "_id": "1", "status": 400, "error": {
+            "type": "neardup_mapping_exception", "reason": "mapped as keyword", "index": "a"}}}

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams
-from neardup.fingerprint.matching import similarity
+from neardup.fingerprint.matching import DUPLICATE_OF_MAPPING, similarity
 from neardup.indexer.errors import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_STOPPED
 from tests.engine_support import count, create_index, delete_index, index_document, search, without_fingerprint
 from tests.plugins.corpora import run_neardup, with_seed
@@ -154,16 +154,29 @@ def test_on_duplicate_within_one_run(es, es_url, index_name, tmp_path, fp, stori
     source = write_lines(tmp_path / "docs.jsonl", stories)
     result, summary = load(es_url, index_name, source, "--on-duplicate", mode, "--threshold", str(THRESHOLD))
     assert result.returncode == EXIT_OK, result.stderr.decode()
-    reported = {r["id"]: r["duplicate_of"] for r in summary[{"tag": "tagged", "skip": "skipped"}[mode]]}
+    records = summary[{"tag": "tagged", "skip": "skipped"}[mode]]
+    reported = {r["id"]: r["duplicate_of"] for r in records}
     assert reported == expected
     stored = {h["_id"]: h["_source"] for h in search(es, index_name, size=100)["hits"]["hits"]}
     if mode == "tag":
         assert set(stored) == set(STORY_IDS)
-        assert {i: s[FIELD].get("duplicate_of") for i, s in stored.items() if "duplicate_of" in s[FIELD]} == expected
+        tags = {i: s[FIELD]["duplicate_of"] for i, s in stored.items() if "duplicate_of" in s[FIELD]}
+        assert {i: tag["id"] for i, tag in tags.items()} == expected
+        assert {i: tag["similarity"] for i, tag in tags.items()} == {r["id"]: r["similarity"] for r in records}
         mapping = es.indices.get_mapping(index=index_name)[index_name]["mappings"]["properties"][FIELD]
-        assert mapping["properties"]["duplicate_of"] == {"type": "keyword"}
+        assert mapping["properties"]["duplicate_of"] == DUPLICATE_OF_MAPPING
     else:
         assert set(stored) == set(STORY_IDS) - set(expected)
+
+
+def test_tag_into_an_index_mapping_duplicate_of_as_a_keyword_stops_with_the_conflict(es, es_url, index_name,
+                                                                                   tmp_path, stories):
+    create_index(es, index_name, mappings={"properties": {FIELD: {"properties": {"duplicate_of": {"type": "keyword"}}}}})
+    result, _ = load(es_url, index_name, write_lines(tmp_path / "docs.jsonl", stories[:3]), "--on-duplicate", "tag")
+    message = result.stderr.decode()
+    assert result.returncode == EXIT_STOPPED, message
+    assert "neardup.duplicate_of is mapped as 'keyword', neardup needs 'object'" in message
+    assert "nothing was changed" in message and count(es, index_name) == 0
 
 
 def test_on_duplicate_against_the_index_and_reloading(es, es_url, index_name, tmp_path, fp, stories):

@@ -108,7 +108,8 @@ def test_wanted_mapping_is_accepted_by_elasticsearch():
     wanted = wanted_properties()
     assert set(wanted) == {"v", "sig", "n", "super", "mega"}
     assert "index" not in wanted["sig"]  # ES 8 refuses "index" on binary
-    assert wanted_properties(with_duplicate_of=True)["duplicate_of"] == {"type": "keyword"}
+    assert wanted_properties(with_duplicate_of=True)["duplicate_of"] == {
+        "properties": {"id": {"type": "keyword"}, "similarity": {"type": "float"}}}
 
 
 def test_compatible_mapping_has_no_conflicts_and_extra_keys_are_fine():
@@ -130,11 +131,26 @@ def test_compatible_mapping_has_no_conflicts_and_extra_keys_are_fine():
     ({FIELD: {"properties": {}}}, {"neardup.sig": full("binary", doc_values=True)}, "doc_values=True"),
     ({FIELD: {"properties": {}}}, {"neardup.mega": full("keyword", ignore_above=8)}, "ignore_above=8"),
     ({FIELD: {"properties": {}}}, {"neardup.v": full("keyword", index=False)}, "not indexed"),
+    ({FIELD: {"properties": {}}}, {"neardup.duplicate_of": full("keyword")},
+     "neardup.duplicate_of is mapped as 'keyword', neardup needs 'object'"),
+    ({FIELD: {"properties": {}}}, {"neardup.duplicate_of.similarity": full("keyword")},
+     "neardup.duplicate_of.similarity is mapped as 'keyword', neardup needs 'float'"),
 ])
 def test_conflicting_mappings_are_named(root, fields, needle):
-    problems = mapping_conflicts({"idx": {"properties": root}}, {"idx": fields}, wanted_properties())
+    problems = mapping_conflicts({"idx": {"properties": root}}, {"idx": fields}, wanted_properties(True))
     assert problems and all(p.startswith("idx: ") for p in problems)
     assert any(needle in p for p in problems), problems
+
+
+def test_an_object_sub_field_is_missing_until_each_of_its_leaves_is_mapped():
+    wanted = wanted_properties(with_duplicate_of=True)
+    fields = {"i": {f"{FIELD}.{name}": full(wanted[name]["type"]) for name in ("v", "sig", "n", "super", "mega")}}
+    assert set(missing_properties(fields, ["i"], wanted)) == {"duplicate_of"}
+    fields["i"][f"{FIELD}.duplicate_of.id"] = full("keyword")
+    assert set(missing_properties(fields, ["i"], wanted)) == {"duplicate_of"}
+    fields["i"][f"{FIELD}.duplicate_of.similarity"] = full("float")
+    assert missing_properties(fields, ["i"], wanted) == {}
+    assert mapping_conflicts({"i": {"properties": {}}}, fields, wanted) == []
 
 
 def test_field_conflicts_compares_booleans_loosely():

@@ -83,7 +83,7 @@ def register(subparsers: Subparsers) -> None:
                         "assigned by Elasticsearch)")
     parser.add_argument("--on-duplicate", choices=["allow", "tag", "skip"], default="allow",
                         help="allow: load every document (default); tag: load near-duplicates with "
-                        "neardup.duplicate_of = id of the document they duplicate; skip: do not load "
+                        "neardup.duplicate_of = {id, similarity} of the document they duplicate; skip: do not load "
                         "near-duplicates")
     add_similarity_options(parser)
     parser.add_argument("--batch-size", type=positive, metavar="N",

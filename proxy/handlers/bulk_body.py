@@ -10,7 +10,10 @@ action lines given an ``_id``, and the rejected items changed.
 :func:`splice` inserts ``"neardup":{...}`` before the final ``}`` of a document; every other
 byte stays as the client sent it. A document that holds ``neardup`` already (or a dotted
 ``neardup.*`` key) is never spliced (:func:`spliceable`). In an ``update`` item the objects
-``upsert`` and ``doc`` are spliced in place (:func:`value_spans`, :func:`splice_inner`).
+``upsert`` and ``doc`` are spliced in place (:func:`value_spans`, :func:`replace_spans`); a
+partial ``doc`` that :func:`touches` the text gets ``"neardup":null`` (partial updates merge, so
+null replaces the stored object), and an inline painless script gets :data:`REMOVE_FINGERPRINT`
+before its source (:func:`inline_script_span`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ WRITES = frozenset({"index", "create"})
 CLUSTER_KEYS = ("cluster", "bands")
 #: The per-item error type of a refused near-duplicate.
 DUPLICATE_ERROR = "neardup_duplicate_exception"
+#: Put before the source of an update's inline painless script: the text it may change loses
+#: its stale fingerprint (the JSON string needs no escape for it).
+REMOVE_FINGERPRINT = f"ctx._source.remove('{FIELD}');".encode()
 
 
 @dataclass(frozen=True)
@@ -113,7 +119,14 @@ def spliceable(doc: Mapping[str, Any]) -> bool:
     return not any(key == FIELD or key.startswith(FIELD + ".") for key in doc)
 
 
-def splice(source: bytes, doc: Mapping[str, Any], value: Mapping[str, Any]) -> bytes:
+def touches(doc: Mapping[str, Any], fields: Sequence[str]) -> bool:
+    """Whether merging the partial document ``doc`` may change any of ``fields``: it sets one,
+    an object above one (``meta`` of ``meta.title``) or a dotted key below one."""
+    return any(key == name or name.startswith(key + ".") or key.startswith(name + ".")
+               for key in doc for name in fields)
+
+
+def splice(source: bytes, doc: Mapping[str, Any], value: Mapping[str, Any] | None) -> bytes:
     """``source`` (the JSON text of ``doc``) with ``"neardup": value`` before its final ``}``."""
     brace = len(source.rstrip()) - 1
     if brace < 0 or source[brace:brace + 1] != b"}":
@@ -164,7 +177,38 @@ def value_spans(source: bytes) -> dict[str, tuple[int, int]] | None:
 def splice_inner(source: bytes, span: tuple[int, int], doc: Mapping[str, Any], value: Mapping[str, Any]) -> bytes:
     """``source`` with :func:`splice` applied to the object at ``span`` (one of its values)."""
     start, end = span
-    return source[:start] + splice(source[start:end], doc, value) + source[end:]
+    return replace_spans(source, {span: splice(source[start:end], doc, value)})
+
+
+def replace_spans(source: bytes, replacements: Mapping[tuple[int, int], bytes]) -> bytes:
+    """``source`` with each span (of values that do not overlap) replaced by its new bytes."""
+    out = source
+    for (start, end), value in sorted(replacements.items(), reverse=True):   # right to left: spans stay valid
+        out = out[:start] + value + out[end:]
+    return out
+
+
+def inline_script_span(source: bytes, update: Mapping[str, Any],
+                       spans: Mapping[str, tuple[int, int]]) -> tuple[int, int] | None:
+    """The span of the source string of the update's inline painless script (``"script": "..."``
+    or ``{"source": "...", "lang": "painless"}``, lang left out or painless); None for a stored
+    script (``id``), another language or no script."""
+    script = update.get("script")
+    if isinstance(script, str):
+        return spans["script"]
+    if not isinstance(script, dict) or not isinstance(script.get("source"), str) \
+            or script.get("lang", "painless") != "painless" or "id" in script:
+        return None
+    start, end = spans["script"]
+    inner = value_spans(source[start:end])
+    if inner is None:
+        return None
+    return start + inner["source"][0], start + inner["source"][1]
+
+
+def prepend_to_string(string: bytes, prefix: bytes) -> bytes:
+    """The JSON string ``string`` with ``prefix`` (needing no escape) before its first character."""
+    return string[:1] + prefix + string[1:]
 
 
 def action_line(action: str, meta: Mapping[str, Any]) -> bytes:
@@ -193,13 +237,14 @@ def rebuild(body: BulkBody, sources: Mapping[int, bytes], actions: Mapping[int, 
     return bytes(out)
 
 
-def rejected_item(action: str, index: str, doc_id: str | None, reason: str) -> dict[str, Any]:
-    """A per-item result in the engine's shape: status 409, :data:`DUPLICATE_ERROR`."""
+def rejected_item(action: str, index: str, doc_id: str | None, reason: str,
+                  status: int = 409, kind: str = DUPLICATE_ERROR) -> dict[str, Any]:
+    """A per-item result in the engine's shape: by default status 409, :data:`DUPLICATE_ERROR`."""
     result: dict[str, Any] = {"_index": index}
     if doc_id is not None:
         result["_id"] = doc_id
-    result["status"] = 409
-    result["error"] = {"type": DUPLICATE_ERROR, "reason": reason, "index": index}
+    result["status"] = status
+    result["error"] = {"type": kind, "reason": reason, "index": index}
     return {action: result}
 
 

@@ -27,6 +27,9 @@ _HELP = {
     "neardup_proxy_hits_collapsed_total": ("counter", "Hits folded under inner_hits.neardup."),
     "neardup_proxy_query_fingerprints_total": ("counter", "Hits without a stored fingerprint, by outcome: computed, "
                                                "cached, or skipped (beyond a bound: left ungrouped)."),
+    "neardup_proxy_enriched_documents_total": ("counter", "Documents of enriched writes by outcome: fingerprinted, "
+                                               "tagged, rejected, without_text (written as sent) or "
+                                               "fingerprint_removed (an update of the text)."),
     "neardup_proxy_upstream_errors_total": ("counter", "Upstream failures by kind (unreachable, timeout, broken)."),
     "neardup_proxy_fail_open_total": ("counter", "Responses returned uncollapsed because collapsing failed."),
     "neardup_proxy_rejected_total": ("counter", "Requests refused with 429 because proxy.max_in_flight were in flight."),
