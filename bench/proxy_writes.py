@@ -25,9 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.proxy import start_proxy  # noqa: E402 - the proxy subprocess
+from bench.proxy import cpu_seconds, start_proxy  # noqa: E402 - the proxy subprocess
 from neardup.corpora import reuters_documents  # noqa: E402
-from neardup.fingerprint import es_mapping  # noqa: E402
+from neardup.fingerprint import es_mapping, matching  # noqa: E402
 
 
 def call(url: str, method: str, path: str, body: bytes | None = None, content_type: str = "application/json") -> bytes:
@@ -53,14 +53,9 @@ def bodies(docs: int, batch: int) -> list[bytes]:
     return out
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def run(url: str, es_url: str, index: str, requests: list[bytes], pid: int | None) -> tuple[float, float]:
     mappings = es_mapping()
-    mappings["properties"]["neardup"]["properties"]["duplicate_of"] = {"type": "keyword"}
+    mappings["properties"]["neardup"]["properties"]["duplicate_of"] = matching.DUPLICATE_OF_MAPPING
     call(es_url, "PUT", f"/{index}", json.dumps({"mappings": mappings}).encode())
     try:
         before = cpu_seconds(pid) if pid else 0.0
