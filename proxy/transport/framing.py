@@ -136,9 +136,17 @@ def decode_body(data: bytes, content_encoding: str | None, limit: int) -> bytes:
     return out
 
 
+#: The gzip level of the answers the proxy writes itself (collapsed pages, its own errors);
+#: what it passes through keeps Elasticsearch's own compressed bytes. Level 1 rather than
+#: Elasticsearch's default ``http.compression_level`` 3: on search answers it compresses within
+#: a point or two of level 3 for clearly less CPU, and compressing is most of what a gzip
+#: client costs the proxy (measured in docs/benchmarks.md, "Proxy").
+GZIP_LEVEL = 1
+
+
 def gzip_bytes(data: bytes) -> bytes:
-    """gzip at level 3, Elasticsearch's default ``http.compression_level``."""
-    return gzip.compress(data, compresslevel=3, mtime=0)
+    """``data`` gzipped at :data:`GZIP_LEVEL` (no file name, modification time 0)."""
+    return zlib.compress(data, GZIP_LEVEL, wbits=16 + zlib.MAX_WBITS)
 
 
 def encoded_for(request: web.BaseRequest, response: web.Response) -> web.Response:
