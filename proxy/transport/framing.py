@@ -9,6 +9,7 @@ headers (``X-Neardup*``) are read by it and never forwarded. Everything else pas
 
 from __future__ import annotations
 
+import functools
 import gzip
 import re
 import zlib
@@ -39,16 +40,30 @@ def _connection_tokens(headers: Mapping[str, str]) -> set[str]:
     return tokens
 
 
+def _not_forwarded(headers: Mapping[str, str], drop: Iterable[str]) -> frozenset[str] | set[str]:
+    """Lower-case names of the headers that stay behind: hop-by-hop, those ``Connection``
+    names, and ``drop`` (one pass over ``Connection`` only when there is one)."""
+    drop = tuple(drop)
+    if "Connection" not in headers:
+        return _hop_by_hop_and(drop)
+    return HOP_BY_HOP | _connection_tokens(headers) | {d.lower() for d in drop}
+
+
+@functools.lru_cache(maxsize=64)
+def _hop_by_hop_and(drop: tuple[str, ...]) -> frozenset[str]:
+    return HOP_BY_HOP | {d.lower() for d in drop}
+
+
 def request_headers(headers: Mapping[str, str], drop: Iterable[str] = ()) -> list[tuple[str, str]]:
     """The client's headers to send upstream, in order, duplicates kept."""
-    dropped = HOP_BY_HOP | _connection_tokens(headers) | {d.lower() for d in drop}
+    dropped = _not_forwarded(headers, drop)
     return [(name, value) for name, value in headers.items()
-            if name.lower() not in dropped and not is_control_header(name)]
+            if (lower := name.lower()) not in dropped and not lower.startswith(CONTROL_HEADER_PREFIX)]
 
 
 def response_headers(headers: Mapping[str, str], drop: Iterable[str] = ()) -> list[tuple[str, str]]:
     """The upstream's response headers to send to the client."""
-    dropped = HOP_BY_HOP | _connection_tokens(headers) | {d.lower() for d in drop}
+    dropped = _not_forwarded(headers, drop)
     return [(name, value) for name, value in headers.items() if name.lower() not in dropped]
 
 
