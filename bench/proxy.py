@@ -550,6 +550,25 @@ def grouping_benchmark(es: Elasticsearch, index: str, texts: list[str]) -> dict[
             "recall": found / expected if expected else 1.0}
 
 
+def gzip_benchmark(es: Elasticsearch, index: str, texts: list[str]) -> list[dict[str, float]]:
+    """CPU ms and compressed share of whole search answers (``size`` 10 and 100, ``_source``
+    whole) gzipped at levels 1, 3 (Elasticsearch's default) and 6: what choosing the proxy's
+    level (``framing.GZIP_LEVEL``) weighs."""
+    import zlib
+
+    out = []
+    for size in (10, 100):
+        answers = [json.dumps(es.search(index=index, query={"match": {"title": text}}, size=size).body).encode()
+                   for text in texts[:20]]
+        raw = sum(map(len, answers))
+        for level in (1, 3, 6):
+            started = time.process_time()
+            packed = sum(len(zlib.compress(answer, level, wbits=31)) for answer in answers)
+            out.append({"size": size, "level": level, "kib": raw / len(answers) / 1024,
+                        "cpu_ms": (time.process_time() - started) / len(answers) * 1000, "share": packed / raw})
+    return out
+
+
 def targets(rows: list[dict[str, Any]], pin: bool) -> list[tuple[str, list[float | None], str, bool | None]]:
     """The targets, each a ratio or difference within the run: (what, the value per setting of
     ``rows`` (None where it does not apply), its unit, met)."""
@@ -591,7 +610,8 @@ def targets(rows: list[dict[str, Any]], pin: bool) -> list[tuple[str, list[float
 
 
 def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str, total_docs: int,
-           load_before: str, workers: int = 1, pin: bool = False) -> str:
+           load_before: str, workers: int = 1, pin: bool = False,
+           gzip_levels: list[dict[str, float]] | None = None) -> str:
     lines = [PINNED_SECTION if pin else SECTION, "", f"Command: `{command}`", "",
              f"Reuters-21578 ({total_docs} stories) enriched by `neardup index`, one shard; `match` on "
              "`title` with three words of a real title; every setting sends the same queries to each "
@@ -641,6 +661,14 @@ def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str,
               f"pairs found {grouping['pairs_found']} of "
               f"{grouping['pairs_all_pairs']} an all-pairs comparison of the same signatures finds "
               f"(recall {grouping['recall']:.4f}; targets ≤ 5 ms CPU, ≥ 99% recall).", ""]
+    if gzip_levels:
+        lines += ["gzip levels: 20 whole search answers per size (`_source` whole, as the bench's searches "
+                  "ask) compressed by `zlib` in the load generator; the proxy compresses its collapsed "
+                  "answers at `framing.GZIP_LEVEL`, what it passes through keeps Elasticsearch's bytes.", "",
+                  "| size | answer KiB | level | CPU ms | compressed to |", "|---|---|---|---|---|"]
+        lines += [f"| {g['size']} | {g['kib']:.0f} | {g['level']} | {g['cpu_ms']:.2f} | {g['share']:.0%} |"
+                  for g in gzip_levels]
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -697,6 +725,7 @@ def main() -> int:
                         print(f"clients={clients} size={size}: {row}", file=sys.stderr)
                         rows.append(row)
         grouping = grouping_benchmark(es, index, texts)
+        gzip_levels = gzip_benchmark(es, index, texts)
         total = es.count(index=index)["count"]
     finally:
         for child in (process, *(ref for ref, _ in references.values())):
@@ -707,7 +736,7 @@ def main() -> int:
     command = "python bench/proxy.py --es URL" + (f" --requests {args.requests}" if args.requests != 400 else "") \
         + (" --index NAME" if args.index else "") + (f" --workers {args.workers}" if args.workers != 1 else "") \
         + (" --pin" if args.pin else "")
-    text = report(rows, grouping, command, total, load_before, args.workers, args.pin)
+    text = report(rows, grouping, command, total, load_before, args.workers, args.pin, gzip_levels)
     print(text)
     if args.results:
         write_section(args.results, text)
