@@ -9,6 +9,7 @@ headers (``X-Neardup*``) are read by it and never forwarded. Everything else pas
 
 from __future__ import annotations
 
+import functools
 import gzip
 import re
 import zlib
@@ -39,16 +40,30 @@ def _connection_tokens(headers: Mapping[str, str]) -> set[str]:
     return tokens
 
 
+def _not_forwarded(headers: Mapping[str, str], drop: Iterable[str]) -> frozenset[str] | set[str]:
+    """Lower-case names of the headers that stay behind: hop-by-hop, those ``Connection``
+    names, and ``drop`` (one pass over ``Connection`` only when there is one)."""
+    drop = tuple(drop)
+    if "Connection" not in headers:
+        return _hop_by_hop_and(drop)
+    return HOP_BY_HOP | _connection_tokens(headers) | {d.lower() for d in drop}
+
+
+@functools.lru_cache(maxsize=64)
+def _hop_by_hop_and(drop: tuple[str, ...]) -> frozenset[str]:
+    return HOP_BY_HOP | {d.lower() for d in drop}
+
+
 def request_headers(headers: Mapping[str, str], drop: Iterable[str] = ()) -> list[tuple[str, str]]:
     """The client's headers to send upstream, in order, duplicates kept."""
-    dropped = HOP_BY_HOP | _connection_tokens(headers) | {d.lower() for d in drop}
+    dropped = _not_forwarded(headers, drop)
     return [(name, value) for name, value in headers.items()
-            if name.lower() not in dropped and not is_control_header(name)]
+            if (lower := name.lower()) not in dropped and not lower.startswith(CONTROL_HEADER_PREFIX)]
 
 
 def response_headers(headers: Mapping[str, str], drop: Iterable[str] = ()) -> list[tuple[str, str]]:
     """The upstream's response headers to send to the client."""
-    dropped = HOP_BY_HOP | _connection_tokens(headers) | {d.lower() for d in drop}
+    dropped = _not_forwarded(headers, drop)
     return [(name, value) for name, value in headers.items() if name.lower() not in dropped]
 
 
@@ -136,9 +151,17 @@ def decode_body(data: bytes, content_encoding: str | None, limit: int) -> bytes:
     return out
 
 
+#: The gzip level of the answers the proxy writes itself (collapsed pages, its own errors);
+#: what it passes through keeps Elasticsearch's own compressed bytes. Level 1 rather than
+#: Elasticsearch's default ``http.compression_level`` 3: on search answers it compresses within
+#: a point or two of level 3 for clearly less CPU, and compressing is most of what a gzip
+#: client costs the proxy (measured in docs/benchmarks.md, "Proxy").
+GZIP_LEVEL = 1
+
+
 def gzip_bytes(data: bytes) -> bytes:
-    """gzip at level 3, Elasticsearch's default ``http.compression_level``."""
-    return gzip.compress(data, compresslevel=3, mtime=0)
+    """``data`` gzipped at :data:`GZIP_LEVEL` (no file name, modification time 0)."""
+    return zlib.compress(data, GZIP_LEVEL, wbits=16 + zlib.MAX_WBITS)
 
 
 def encoded_for(request: web.BaseRequest, response: web.Response) -> web.Response:

@@ -1,10 +1,12 @@
 """The upstream Elasticsearch nodes: one pooled client session per worker, round robin, timeouts.
 
 * One :class:`aiohttp.ClientSession` per worker process with a keep-alive ``TCPConnector``
-  of ``upstream.max_connections`` connections, for requests that stream (:meth:`Upstream.send`:
-  pass-through of any body and answer); and for whole-body exchanges (:meth:`Upstream.exchange`:
-  the collapsed searches, which need the whole answer anyway) :mod:`neardup.proxy.transport.http1_client`'s leaner
-  keep-alive connections, up to ``upstream.max_connections`` of them as well.
+  of ``upstream.max_connections`` connections, for requests whose body streams
+  (:meth:`Upstream.send`: pass-through of a large body); and for requests whose body is in
+  memory (:meth:`Upstream.exchange`: the collapsed searches, which need the whole answer
+  anyway, and the other pass-throughs, whose large answers stream on)
+  :mod:`neardup.proxy.transport.http1_client`'s leaner keep-alive connections, up to
+  ``upstream.max_connections`` of them as well.
 * Requests go to the nodes in turn; a node that refuses the connection, or does not accept it
   within ``upstream.connect_timeout``, is skipped and the next one tried (the request was not
   sent, so this is safe for every method). A node that failed so is tried after the others
@@ -140,13 +142,16 @@ class Upstream:
         return response
 
     async def exchange(self, method: str, path_qs: str, headers: list[tuple[str, str]],
-                       body: bytes | None = None) -> http1_client.Reply:
+                       body: bytes | None = None, stream_over: int | None = None) -> http1_client.Reply:
         """One request whose body is in memory, and its whole answer: :meth:`send` with the
         answer read, the same failover, 502 and 504, over :mod:`neardup.proxy.transport.http1_client`'s leaner
-        connections (the search path's hot loop)."""
+        connections (the search path's hot loop). With ``stream_over``, an answer longer than
+        that comes with its :attr:`~neardup.proxy.transport.http1_client.Reply.rest` to read
+        (failing with :class:`~neardup.proxy.transport.http1_client.Broken` or
+        :class:`~neardup.proxy.transport.http1_client.ReadTimeout` if the node does)."""
         async def attempt(url: str) -> http1_client.Reply:
             try:
-                return await self._nodes[url].exchange(method, path_qs, headers, body)
+                return await self._nodes[url].exchange(method, path_qs, headers, body, stream_over)
             except http1_client.ConnectFailed as exc:
                 raise _Unreachable(str(exc)) from None
             except http1_client.ReadTimeout:

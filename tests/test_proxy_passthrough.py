@@ -1,0 +1,212 @@
+"""Pass-through over the lean upstream client: an answer the proxy does not collapse arrives
+with its bytes, status and headers unchanged, whole with its ``Content-Length`` when it is
+small (also when the upstream sent it chunked), streamed when it is large; the rest of a
+streamed answer (:class:`neardup.proxy.transport.http1_client.Rest`) and its failures; the
+gzip the proxy writes itself.
+
+The upstream is scripted (no Elasticsearch): the real engines' pass-through is covered by
+test_proxy*.py, test_faults.py and the protocol tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import zlib
+
+import pytest
+
+from neardup.proxy.handlers.forward import BUFFERED_BODY_BYTES
+from neardup.proxy.transport import framing, http1_client
+from tests.faultproxy import Fault, FaultProxy, chunked_response, http_response
+from tests.reliability_support import fetch
+from tests.test_proxy_http1 import ScriptedServer, asynchronous, chunked, node, ok
+from tests.test_proxy_support import ProxyThread, make_config
+
+COMPATIBLE = "application/vnd.elasticsearch+json;compatible-with=8"
+
+
+def _es_chunked(chunks: list[bytes], extra: str = "", finish: bool = True) -> bytes:
+    """Elasticsearch's chunked answer, with a compatible-with media type and ``extra`` headers."""
+    answer = chunked_response(200, chunks, content_type=COMPATIBLE, finish=finish)
+    return answer.replace(b"\r\n\r\n", f"\r\n{extra}\r\n".encode() if extra else b"\r\n\r\n", 1)
+
+
+# -- through the proxy ---------------------------------------------------------------------------
+def test_a_small_chunked_answer_arrives_byte_identical_with_its_content_length() -> None:
+    chunks = [b'{"cluster_name":', b'"c","status":"green"', b"}"]
+    with FaultProxy(fault=Fault("respond", response=_es_chunked(chunks, "Warning: 299 x\r\n"))) as upstream, \
+            ProxyThread(make_config(upstream.url)) as proxy:
+        out = fetch(proxy.url, "GET", "/_cluster/health?neardup=off")
+    assert out.complete and out.status == 200
+    assert out.body == b"".join(chunks)
+    assert out.headers["content-length"] == str(len(out.body))
+    assert "transfer-encoding" not in out.headers
+    assert out.headers["content-type"] == COMPATIBLE
+    assert out.headers["x-elastic-product"] == "Elasticsearch"
+    assert out.headers["warning"] == "299 x"
+
+
+def test_a_body_goes_upstream_unchanged_with_one_content_length() -> None:
+    body = b'{"index":{"_id":"a"}}\n{"n":1}\n'
+    with FaultProxy(fault=Fault("respond", response=http_response(200, b'{"errors":false}'))) as upstream, \
+            ProxyThread(make_config(upstream.url)) as proxy:
+        out = fetch(proxy.url, "POST", "/i/_bulk", body, {"Content-Type": "application/x-ndjson"})
+        sent = upstream.seen[-1]
+    assert out.status == 200 and out.body == b'{"errors":false}'
+    assert sent.body == body and sent.header("content-length") == [str(len(body))]
+    assert sent.header("content-type") == ["application/x-ndjson"]
+
+
+def test_elasticsearchs_gzip_bytes_pass_through_unchanged() -> None:
+    compressed = gzip.compress(b'{"hits":{"hits":[]}}' * 50, compresslevel=3)
+    pieces = [compressed[:100], compressed[100:]]
+    with FaultProxy(fault=Fault("respond", response=_es_chunked(pieces, "Content-Encoding: gzip\r\n"))) as upstream, \
+            ProxyThread(make_config(upstream.url)) as proxy:
+        out = fetch(proxy.url, "GET", "/_cat/indices", headers={"Accept-Encoding": "gzip"})
+        asked = upstream.seen[-1].header("accept-encoding")
+    assert out.complete and out.status == 200
+    assert out.body == compressed   # Elasticsearch's own bytes, not decoded and compressed again
+    assert out.headers["content-encoding"] == "gzip"
+    assert out.headers["content-length"] == str(len(compressed))
+    assert asked == ["gzip"]
+
+
+def test_a_large_chunked_answer_is_streamed_unchanged() -> None:
+    pieces = [bytes([65 + k % 26]) * 300_000 for k in range(6)]   # 1.8 MB, over BUFFERED_BODY_BYTES
+    assert sum(map(len, pieces)) > BUFFERED_BODY_BYTES
+    with FaultProxy(fault=Fault("respond", response=_es_chunked(pieces))) as upstream, \
+            ProxyThread(make_config(upstream.url)) as proxy:
+        out = fetch(proxy.url, "GET", "/big/_doc/1")
+    assert out.complete and out.status == 200
+    assert out.body == b"".join(pieces)
+    assert out.headers.get("transfer-encoding") == "chunked" and "content-length" not in out.headers
+
+
+def test_a_large_answer_with_a_content_length_keeps_it() -> None:
+    body = b"x" * (BUFFERED_BODY_BYTES + 10)
+    with FaultProxy(fault=Fault("respond", response=http_response(200, body))) as upstream, \
+            ProxyThread(make_config(upstream.url)) as proxy:
+        out = fetch(proxy.url, "GET", "/big/_doc/1")
+    assert out.complete and out.body == body and out.headers["content-length"] == str(len(body))
+
+
+def test_a_small_chunked_answer_that_breaks_off_is_a_whole_502() -> None:
+    # Read whole before anything is sent, so the client gets an error, never a short body.
+    broken = _es_chunked([b'{"a":', b"1"], finish=False)
+    with FaultProxy(fault=Fault("respond", response=broken, close_after=True)) as upstream, \
+            ProxyThread(make_config(upstream.url)) as proxy:
+        out = fetch(proxy.url, "GET", "/_cat/health")
+    assert out.complete and out.status == 502
+    assert b"neardup_upstream_exception" in out.body
+
+
+def test_a_large_answer_that_breaks_off_breaks_the_client_connection() -> None:
+    broken = _es_chunked([b"y" * 700_000, b"z" * 700_000], finish=False)
+    with FaultProxy(fault=Fault("respond", response=broken, close_after=True)) as upstream, \
+            ProxyThread(make_config(upstream.url)) as proxy:
+        out = fetch(proxy.url, "GET", "/big/_doc/1")
+    assert not out.complete and out.got_status_line and out.status == 200
+
+
+# -- the lean client's streamed answers ------------------------------------------------------------
+@asynchronous
+async def test_an_answer_over_stream_over_comes_with_its_rest_and_the_connection_is_reused() -> None:
+    pieces = [b"a" * 1_000_000, b"b" * 1_000_000, b"c" * 1_000_000]   # arrives in many reads
+    async with ScriptedServer(lambda request, number: chunked(*pieces) if number == 0 else ok(b"{}")) as server:
+        pool = node(server.url, limit=1)
+        reply = await pool.exchange("GET", "/big", [], None, stream_over=4000)
+        assert reply.rest is not None and len(reply.body) < len(b"".join(pieces))
+        rest = [data async for data in reply.rest]
+        assert reply.body + b"".join(rest) == b"".join(pieces)
+        small = await pool.exchange("GET", "/small", [], None, stream_over=4000)
+        assert small.rest is None and small.body == b"{}"
+        assert server.connections == 1   # pooled after the streamed answer ended
+        pool.close()
+
+
+@pytest.mark.parametrize("framing_kind", ["chunked", "content_length", "until_close"])
+@asynchronous
+async def test_an_answer_within_stream_over_is_whole(framing_kind: str) -> None:
+    body = b'{"x":1}' * 100
+    answer = {"chunked": chunked(body[:300], body[300:]), "content_length": ok(body),
+              "until_close": b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + body}[framing_kind]
+    async with ScriptedServer(lambda request, number: answer, close_after=framing_kind == "until_close") as server:
+        pool = node(server.url)
+        reply = await pool.exchange("GET", "/", [], None, stream_over=10_000)
+        assert reply.rest is None and reply.body == body
+        pool.close()
+
+
+@asynchronous
+async def test_a_rest_that_breaks_off_raises_broken() -> None:
+    def answer(request: bytes, number: int) -> bytes:
+        if b"/whole" in request:
+            return ok(b"{}")
+        return b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 20_000
+
+    async with ScriptedServer(answer, close_after=True) as server:
+        pool = node(server.url, limit=1)
+        reply = await pool.exchange("GET", "/", [], None, stream_over=1000)
+        assert reply.rest is not None
+        with pytest.raises(http1_client.Broken):
+            async for _ in reply.rest:
+                pass
+        # its slot came back: the next exchange is not stuck behind the broken one
+        assert (await asyncio.wait_for(pool.exchange("GET", "/whole", [], None), 5)).body == b"{}"
+        pool.close()
+
+
+@asynchronous
+async def test_a_rest_that_stalls_raises_read_timeout() -> None:
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    async with ScriptedServer(lambda request, number: head + b"4e20\r\n" + b"x" * 20_000 + b"\r\n") as server:
+        pool = node(server.url, read_timeout=0.5, limit=1)
+        reply = await pool.exchange("GET", "/", [], None, stream_over=1000)
+        assert reply.rest is not None
+        with pytest.raises(http1_client.ReadTimeout):
+            async for _ in reply.rest:
+                pass
+        pool.close()
+
+
+@asynchronous
+async def test_closing_a_rest_early_closes_the_connection_and_frees_its_slot() -> None:
+    def answer(request: bytes, number: int) -> bytes:
+        return ok(b"z" * 4_000_000) if b"/big" in request else ok(b"{}")
+
+    async with ScriptedServer(answer) as server:
+        pool = node(server.url, limit=1)
+        reply = await pool.exchange("GET", "/big", [], None, stream_over=1000)
+        assert reply.rest is not None
+        reply.rest.close()
+        small = await asyncio.wait_for(pool.exchange("GET", "/small", [], None), 5)
+        assert small.body == b"{}" and server.connections == 2   # the first was not reused
+        pool.close()
+
+
+@asynchronous
+async def test_a_slow_reader_gets_every_byte_of_a_large_rest_and_the_connection_reads_again() -> None:
+    body = bytes(range(256)) * 16_384   # 4 MiB: reading pauses and resumes
+    async with ScriptedServer(lambda request, number: ok(body)) as server:
+        pool = node(server.url)
+        reply = await pool.exchange("GET", "/", [], None, stream_over=1000)
+        assert reply.rest is not None
+        got = [reply.body]
+        async for data in reply.rest:
+            got.append(data)
+            await asyncio.sleep(0)
+        assert b"".join(got) == body
+        again = await asyncio.wait_for(pool.exchange("GET", "/", [], None), 5)   # reads again, pooled
+        assert again.body == body and server.connections == 1
+        pool.close()
+
+
+# -- the gzip the proxy writes ---------------------------------------------------------------------
+def test_the_proxys_own_gzip_is_level_1_and_decodes_to_the_same_bytes() -> None:
+    page = b'{"hits":{"hits":[' + b",".join(b'{"_id":"%d","title":"oil prices"}' % k for k in range(500)) + b"]}}"
+    compressed = framing.gzip_bytes(page)
+    assert framing.GZIP_LEVEL == 1
+    assert gzip.decompress(compressed) == page
+    assert compressed[:3] == b"\x1f\x8b\x08" and compressed[8] == 4   # XFL 4: the fastest levels
+    assert compressed == zlib.compress(page, 1, wbits=31)
