@@ -7,7 +7,7 @@ One proxy worker runs in a child process with a wall-clock timer around each sta
 path (:data:`STAGES`: the functions, replaced where the search path looks them up). The parent
 sends 200 warm-up searches, resets the timers, sends ``--requests`` searches with one client
 (``bench/proxy.py``'s queries and load generator), and prints each stage's microseconds per
-search. A stage's time includes the stages it calls; ``searching._fetch`` includes the
+search. A stage's time includes the stages it calls; ``exchange.fetch`` includes the
 Elasticsearch round trip. Each timer costs about a microsecond.
 
 One client is what the 1-client latency target measures: every step is serial, and after each
@@ -49,6 +49,7 @@ STAGES = (
     ("neardup.proxy.handlers.exchange", "fetch"), ("neardup.proxy.transport.rawjson", "loads_search"),
     ("neardup.proxy.handlers.search_plan:Window", "add_round"), ("neardup.proxy.grouping.collapse", "group"),
     ("neardup.proxy.grouping.collapse", "_window_read"), ("neardup.proxy.grouping.fingerprints", "read_signatures"),
+    ("neardup.proxy.grouping.fingerprints", "window_pairs"),
     ("neardup.proxy.grouping.fingerprints", "similar_pairs"), ("neardup.proxy.grouping.fingerprints", "group_labels"),
     ("neardup.proxy.handlers.collapsed_search", "annotate_page"), ("neardup.proxy.handlers.source_check", "finish"),
     ("neardup.proxy.grouping.collapse", "build_page"), ("neardup.proxy.handlers.exchange", "respond"),
@@ -158,7 +159,7 @@ def main() -> int:
         if child.poll() is None:
             child.kill()
     totals = json.loads(dump.read_text())
-    searches = totals["searching._collapse_one"][1]
+    searches = totals["collapsed_search._collapse_one"][1]
     latencies = sorted(result["latencies"])
     print(f"{searches} searches, size {args.size}, 1 client: p50 {latencies[len(latencies) // 2] * 1000:.2f} ms "
           "end to end\n")

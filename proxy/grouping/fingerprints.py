@@ -5,19 +5,83 @@ one base64 decode per window); an object of another scheme version or of the wro
 counts as "no fingerprint": the hit gets one computed from its text at query time
 (:mod:`neardup.proxy.grouping.query_fingerprints`, ``collapse.fingerprint_missing``), else it is
 never collapsed.
+
+Similar pairs of a small window (:func:`window_pairs`): a pair at resemblance threshold t has
+at least ``need = ⌈tK⌉`` equal slots of K, so at most ``u = K - need`` unequal ones, and of
+``B = u + 1`` disjoint bands of ``⌊K/B⌋`` slots one is wholly equal (pigeonhole). Each band of each
+signature is combined into one 64-bit key (a weighted sum, the band's number mixed in). When no
+key occurs twice in the window (one sort), no pair can reach t: the usual case of a page's
+window. Otherwise the candidates are the pairs with an equal key in some band (one broadcast
+over the window's m² pairs), each verified on all K slots: exactly the pairs, order and
+estimates of :func:`neardup.fingerprint.similar_pairs`, which larger windows and lower thresholds
+go to.
 """
 
 from __future__ import annotations
 
-from functools import partial
+import math
+from functools import lru_cache, partial
+
+import numpy as np
 
 from neardup.fingerprint import FingerprintParams, group_labels, read_signatures, scheme_version, similar_pairs
+from neardup.fingerprint.similarity import Mode
 from neardup.proxy.grouping.collapse import Algorithms
+
+#: Largest window (rows) and most bands for which :func:`window_pairs` compares band keys itself:
+#: beyond, its m² comparisons, or the key collisions of a low threshold, cost more than
+#: :func:`neardup.fingerprint.similar_pairs`' sorted band keys.
+WINDOW_ROWS, WINDOW_BANDS = 32, 24
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+@lru_cache(maxsize=8)
+def _band_mixing(bands: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Odd weights of a band's slots, and each band's number spread over 64 bits."""
+    weights = (np.arange(1, 2 * width, 2, dtype=np.uint64) * np.uint64(_GOLDEN)) | np.uint64(1)
+    return weights, np.arange(bands, dtype=np.uint64) * np.uint64(_GOLDEN)
+
+
+def _no_pairs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+
+
+def window_pairs(signatures: np.ndarray, counts: np.ndarray, threshold: float,
+                 mode: Mode = "resemblance") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`neardup.fingerprint.similar_pairs`, the same result, found among a small window's
+    band keys (see the module)."""
+    if mode != "resemblance" or type(threshold) is not float or not 0.0 < threshold <= 1.0 \
+            or type(signatures) is not np.ndarray or signatures.ndim != 2 or signatures.dtype != np.uint64 \
+            or type(counts) is not np.ndarray or counts.shape != signatures.shape[:1] \
+            or not 2 <= signatures.shape[0] <= WINDOW_ROWS or not signatures.shape[1]:
+        return similar_pairs(signatures, counts, threshold, mode)
+    k = signatures.shape[1]
+    need = max(1, math.ceil(threshold * k - 1e-9))
+    bands = k - need + 1
+    if bands > WINDOW_BANDS:
+        return similar_pairs(signatures, counts, threshold, mode)
+    width = k // bands
+    rows = None if counts.all() else np.flatnonzero(counts > 0)
+    sig = signatures if rows is None else signatures[rows]
+    weights, numbers = _band_mixing(bands, width)
+    keys = sig[:, :bands * width].reshape(len(sig), bands, width) @ weights   # wraps mod 2^64
+    ordered = np.sort(keys ^ numbers, axis=None)
+    if not (ordered[1:] == ordered[:-1]).any():
+        return _no_pairs()
+    lo, hi = np.nonzero((keys[:, None, :] == keys[None, :, :]).any(axis=2))
+    upper = lo < hi                      # row-major: sorted by (lo, hi)
+    lo, hi = lo[upper], hi[upper]
+    equal = np.count_nonzero(sig[lo] == sig[hi], axis=1)
+    keep = equal >= need
+    lo, hi = lo[keep], hi[keep]
+    if rows is not None:
+        lo, hi = rows[lo], rows[hi]
+    return lo.astype(np.int64, copy=False), hi.astype(np.int64, copy=False), equal[keep] / k
 
 
 def default_algorithms(params: FingerprintParams, tfidf_version: str = "") -> Algorithms:
     """``tfidf_version``: the TF-IDF version (``neardup.tfidf_config.tfidf_version_of``) whose vectors
     ``neardup_mode=tfidf`` compares; empty: none (no hit is grouped in that mode)."""
     read = partial(read_signatures, version=scheme_version(params), num_perm=params.num_perm)
-    return Algorithms(read=read, similar_pairs=similar_pairs, group_labels=group_labels,
+    return Algorithms(read=read, similar_pairs=window_pairs, group_labels=group_labels,
                       tfidf_version=tfidf_version)

@@ -211,6 +211,14 @@ def parse_controls(raw_query: str, headers: Mapping[str, str]
     return controls, join_query(kept) if changed else raw_query, bool(values)
 
 
+#: Settings already resolved, by (configuration's id, controls, index, TF-IDF threshold); each
+#: entry keeps its configuration, so that the id is not reused while the entry lives (the
+#: configuration is frozen: its settings for a key never change). Emptied when full. A request's
+#: own threshold is not kept (``-0`` and ``0`` would be one key).
+_RESOLVED: dict[tuple[int, Controls, str, float | None], tuple[CollapseConfig, Settings]] = {}
+_RESOLVED_ENTRIES = 1024
+
+
 def resolve(controls: Controls, config: CollapseConfig, index: str,
             tfidf_threshold: float | None = None) -> Settings:
     """Request controls over per-index configuration over global configuration.
@@ -218,8 +226,23 @@ def resolve(controls: Controls, config: CollapseConfig, index: str,
     ``index`` is the index expression of the request; per-index overrides are matched against
     its first name (``news-*,archive`` → ``news-*``). In ``tfidf`` mode the threshold, unless the
     request gives one, is ``tfidf_threshold`` (``tfidf.threshold``: a cosine, another scale than
-    the shingle similarities of ``collapse.threshold``).
+    the shingle similarities of ``collapse.threshold``). The settings of a key seen before are
+    the same (immutable) object.
     """
+    if controls.threshold is not None:
+        return _resolve(controls, config, index, tfidf_threshold)
+    key = (id(config), controls, index, tfidf_threshold)
+    found = _RESOLVED.get(key)
+    if found is not None and found[0] is config:
+        return found[1]
+    settings = _resolve(controls, config, index, tfidf_threshold)
+    if len(_RESOLVED) >= _RESOLVED_ENTRIES:
+        _RESOLVED.clear()
+    _RESOLVED[key] = (config, settings)
+    return settings
+
+
+def _resolve(controls: Controls, config: CollapseConfig, index: str, tfidf_threshold: float | None) -> Settings:
     enabled, threshold, configured_mode = collapse_settings_for(config, index.split(",", 1)[0].strip())
     mode: Mode = controls.mode if controls.mode is not None else configured_mode
     if mode == "tfidf" and tfidf_threshold is not None:

@@ -300,8 +300,43 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return value
 
 
+#: A string token of valid JSON. Outside strings a ``"`` only opens one, so the matches found
+#: left to right from the start are the text's strings, whole.
+_STRING_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def _keys_written(data: bytes) -> int:
+    """How many object keys valid JSON text ``data`` writes: its ``:`` outside strings."""
+    return _STRING_TOKEN.sub(b"", data).count(b":")
+
+
+def _keys_parsed(value: Any) -> int:
+    """How many keys the objects of a parsed value hold (a key given twice counts once)."""
+    total, pending = 0, [value]
+    while pending:
+        item = pending.pop()
+        if type(item) is dict:
+            total += len(item)
+            pending.extend(item.values())
+        elif type(item) is list:
+            pending.extend(item)
+    return total
+
+
 def loads_request(data: bytes | str) -> Any:
     """Parse a client's JSON the way Elasticsearch does: a key given twice in one object is an
     error (``{"size": 2, "size": 3}`` is refused by Elasticsearch, so the proxy must not pick
-    one of the values and answer as if the body were valid). Raises ``ValueError``."""
+    one of the values and answer as if the body were valid). Raises ``ValueError``.
+
+    orjson reads the text when it can (as in :func:`loads`) and its value is taken when the
+    objects in it hold as many keys as the text writes (none was given twice); anything else
+    is read by the standard library, which names the duplicate key or the error."""
+    if type(data) is bytes and not _may_hold_long_integer(data):
+        try:
+            value = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+        else:
+            if _keys_parsed(value) == _keys_written(data):
+                return value
     return _stdlib_loads(data, object_pairs_hook=_unique_pairs)
