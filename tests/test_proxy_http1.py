@@ -404,3 +404,15 @@ async def test_an_answer_arriving_between_a_cancel_and_its_delivery_is_dropped_q
     with pytest.raises(asyncio.CancelledError):
         await task
     assert transport.closed and not connection.reusable
+
+
+@asynchronous
+async def test_a_connection_lost_before_its_request_is_an_unanswered_break() -> None:
+    # A node that resets new connections can do so between connect and the first write: the
+    # request was never sent, so the exchange fails as an unanswered break, never an assertion.
+    connection = http1_client._Connection(asyncio.get_running_loop(), 5.0)
+    connection.connection_made(asyncio.Transport())
+    connection.connection_lost(ConnectionResetError("reset by peer"))
+    with pytest.raises(http1_client.Broken) as caught:
+        await connection.exchange(b"GET / HTTP/1.1\r\n\r\n", False)
+    assert caught.value.answered is False and not connection.reusable

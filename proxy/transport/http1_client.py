@@ -171,7 +171,10 @@ class _Connection(asyncio.Protocol):
 
     # -- one exchange ----------------------------------------------------------------------
     async def exchange(self, request: bytes, head_request: bool, stream_over: int | None = None) -> Reply:
-        assert self.transport is not None and self._waiter is None and self._rest is None
+        assert self._waiter is None and self._rest is None
+        if self.transport is None or self.transport.is_closing():
+            # lost between connect and now (a node resetting new connections): nothing was sent
+            raise Broken("the node closed the connection before the request was sent", False)
         self.reusable = False
         self._head_request = head_request
         self._stream_over = stream_over
