@@ -4,6 +4,8 @@ back to partial updates."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import urllib.request
 
 import pytest
@@ -16,7 +18,7 @@ from neardup.indexer.retry import Retrier
 from neardup.indexer.wholedoc import settings_allow, source_stored_as_sent, whole_document_indices
 from neardup.indexer.writer import Pending, bulk_operations, by_size, merged_object
 from tests.engine_support import index_document, search, update_document
-from tests.plugins.corpora import run_neardup
+from tests.plugins.corpora import COMMAND_TIMEOUT, ROOT, neardup_env, run_neardup
 from tests.test_indexer_es import new_index, page_writer  # noqa: F401 - new_index: the fixture
 
 pytestmark = pytest.mark.timeout(300)
@@ -240,3 +242,16 @@ def test_concurrent_writes_are_not_lost_and_deleted_documents_stay_deleted(es, e
         assert final[doc_id]["title"] == "Replaced"
     for doc_id, source in final.items():
         assert source[FIELD] == fp.fingerprint_fields([source["title"], source["body"]]).to_source(), doc_id
+
+
+def test_only_the_workers_load_the_compiled_kernels(es_url, new_index):
+    """The parent of ``neardup index`` reads no text: numba (over 100 MB resident) stays out of it."""
+    name = new_index([{"id": "1", "title": "Tin", "body": "Tin prices steady as the buffer stock manager waits."}])
+    code = ("import sys\nfrom neardup.cli import main\n"
+            f"code = main(['index', '--index', {name!r}, '--json'])\n"
+            "print('numba' in sys.modules, file=sys.stderr)\nraise SystemExit(code)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=COMMAND_TIMEOUT,
+                            env=neardup_env(es_url), cwd=ROOT, check=False)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    assert json.loads(result.stdout)["updated"] == 1
+    assert result.stderr.decode().splitlines()[-1] == "False"
