@@ -8,7 +8,7 @@ the ``_source`` the job reads is the whole document and nothing on the way rewri
 * ``_source`` is stored as sent: not disabled, no ``includes``/``excludes`` (the source read
   would be the filtered one, and writing it back would drop the rest for good), not synthetic
   (``_source.mode``, ``index.mapping.source.mode``, or the default of ``index.mode``
-  ``logsdb``/``time_series``);
+  ``logsdb``/``time_series``), not derived (OpenSearch's ``index.derived_source.enabled``);
 * no ``index.final_pipeline`` (it runs on every ``index`` action and could change user fields;
   a partial update runs no pipeline; the default pipeline is skipped with ``pipeline: _none``).
 
@@ -43,6 +43,9 @@ def settings_allow(settings: Mapping[str, Any]) -> bool:
         return True
     if str(index.get("final_pipeline", "_none")) != "_none":
         return False
+    derived = index.get("derived_source", {})
+    if isinstance(derived, Mapping) and str(derived.get("enabled", "false")).lower() == "true":
+        return False
     source_mode = index.get("mapping", {}).get("source", {}).get("mode") if isinstance(
         index.get("mapping"), Mapping) else None
     if source_mode is not None:
@@ -55,7 +58,8 @@ def whole_document_indices(client: Client, retrier: Retrier, index: str) -> froz
     mappings = retrier.call("reading the mapping", lambda: client.indices.get_mapping(index=index))
     settings = retrier.call("reading the index settings", lambda: client.indices.get_settings(
         index=index, filter_path=["*.settings.index.final_pipeline", "*.settings.index.mode",
-                                  "*.settings.index.mapping.source.mode"]))
+                                  "*.settings.index.mapping.source.mode",
+                                  "*.settings.index.derived_source.enabled"]))
     return frozenset(name for name, body in mappings.items()
                      if source_stored_as_sent(body.get("mappings", {}))
                      and settings_allow(settings.get(name, {}).get("settings", {})))

@@ -128,6 +128,7 @@ def test_only_sources_stored_as_sent_take_whole_documents():
     assert not settings_allow({"index": {"mode": "logsdb"}})
     assert settings_allow({"index": {"mode": "logsdb", "mapping": {"source": {"mode": "stored"}}}})
     assert not settings_allow({"index": {"mapping": {"source": {"mode": "synthetic"}}}})
+    assert not settings_allow({"index": {"derived_source": {"enabled": "true"}}})
 
 
 # --- on the cluster -------------------------------------------------------------------------------
