@@ -206,7 +206,7 @@ class BulkUpdater:
 
     def write(self, pending: list[Pending]) -> None:
         """Send the writes until each one is settled (updated, unchanged, deleted or failed)."""
-        for run in by_size(pending):
+        for run in by_size(pending, MAX_BULK_BYTES):
             self._write(run)
 
     def _write(self, pending: list[Pending]) -> None:

@@ -7,12 +7,14 @@ import json
 import subprocess
 import sys
 import urllib.request
+from typing import Any
 
 import pytest
 
 from neardup.config import load_config
 from neardup.fingerprint import FIELD, Fingerprinter, FingerprintParams
 from neardup.fingerprint.splice import value_spans, with_field
+from neardup.indexer import writer
 from neardup.indexer.client import make_client
 from neardup.indexer.retry import Retrier
 from neardup.indexer.wholedoc import settings_allow, source_stored_as_sent, whole_document_indices
@@ -256,3 +258,35 @@ def test_only_the_workers_load_the_compiled_kernels(es_url, new_index):
     assert result.returncode == 0, result.stderr.decode(errors="replace")
     assert json.loads(result.stdout)["updated"] == 1
     assert result.stderr.decode().splitlines()[-1] == "False"
+
+
+def test_a_page_of_large_documents_is_written_in_several_requests(es, es_url, new_index, fp, monkeypatch):
+    monkeypatch.setattr(writer, "MAX_BULK_BYTES", 120_000)  # two of these documents
+    name = new_index([])
+    docs = {f"big-{n}": {"title": f"Long report {n}",
+                         "body": " ".join(f"word{(n * 7919 + k) % 5000} trade" for k in range(4000))}
+            for n in range(6)}
+    for doc_id, doc in docs.items():
+        index_document(es, name, doc_id, doc)
+    es.indices.refresh(index=name)
+    client, reader, updater = page_writer(es_url, name, fp, whole=True)
+    sizes: list[int] = []
+    bulk = client.bulk
+
+    def counting_bulk(*, operations: Any, **options: Any) -> Any:
+        sizes.append(len(operations) // 2)
+        return bulk(operations=operations, **options)
+
+    client.bulk = counting_bulk  # type: ignore[method-assign]
+    try:
+        reader.open()
+        hits = next(reader.pages())
+        updater.write([p for p in (updater.pending_from_hit(h) for h in hits) if p is not None])
+    finally:
+        reader.close()
+        client.close()
+    assert sorted(sizes) == [2, 2, 2] and updater.stats.updated == 6
+    for doc_id, doc in docs.items():
+        source = es.get(index=name, id=doc_id)["_source"]
+        assert {k: v for k, v in source.items() if k != FIELD} == doc
+        assert source[FIELD] == fp.fingerprint_fields([doc["title"], doc["body"]]).to_source()
