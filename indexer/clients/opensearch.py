@@ -8,7 +8,7 @@ point in time is OpenSearch's own (``POST /<index>/_search/point_in_time``, clos
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -16,7 +16,6 @@ from opensearchpy import JSONSerializer, OpenSearch, OpenSearchWarning
 from opensearchpy import exceptions as os_errors
 
 from neardup.config import UpstreamConfig
-from neardup.fingerprint.splice import compact
 from neardup.indexer.errors import (
     ClusterApiError,
     ClusterConnectionError,
@@ -153,9 +152,10 @@ class _Cluster:
             return self._os.cluster.get_settings(include_defaults=include_defaults, **_params(filter_path=filter_path))
 
 
-def ndjson(lines: Sequence[Mapping[str, Any] | bytes]) -> bytes:
-    """A bulk body: each line as given (bytes) or as compact JSON."""
-    return b"".join((line if isinstance(line, bytes) else compact(line)) + b"\n" for line in lines)
+def ndjson(lines: Sequence[Mapping[str, Any] | bytes | str], dumps: Callable[[Any], str]) -> bytes:
+    """A bulk body: each line as given (bytes or text), an object as ``dumps`` writes it."""
+    return b"".join((line if isinstance(line, bytes) else (line if isinstance(line, str) else dumps(line)).encode("utf-8"))
+                    + b"\n" for line in lines)
 
 
 class OpenSearchClient:
@@ -197,7 +197,10 @@ class OpenSearchClient:
     def bulk(self, *, operations: Sequence[Mapping[str, Any] | bytes], refresh: bool | None = None,
              filter_path: str | Sequence[str] | None = None) -> dict[str, Any]:
         with _translating():
-            return self._os.bulk(body=ndjson(operations), **_params(refresh=refresh, filter_path=filter_path))
+            # opensearch-py joins text lines: a body holding bytes lines is put together here
+            body = (ndjson(operations, self._os.transport.serializer.dumps)
+                    if any(isinstance(line, bytes) for line in operations) else list(operations))
+            return self._os.bulk(body=body, **_params(refresh=refresh, filter_path=filter_path))
 
     def open_point_in_time(self, *, index: str, keep_alive: str) -> str:
         with _translating():
