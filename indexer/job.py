@@ -8,9 +8,10 @@ Worker process (one per Elasticsearch slice, see :mod:`neardup.indexer.query`): 
 own :class:`~neardup.fingerprint.Fingerprinter`, its own point in time. It counts its slice (for
 the ETA) and the documents left out as already current, then reads pages with
 ``search_after``, fingerprints them and writes them back conditionally: whole documents where
-the index stores ``_source`` as sent, partial updates elsewhere (:mod:`neardup.indexer.writer`). It reports counters to the parent
-after every page, stops after the page in hand when asked to (Ctrl-C, another worker failed) and stops at once when the
-parent is gone (the job was killed: nothing is left running).
+the index stores ``_source`` as sent, partial updates elsewhere (:mod:`neardup.indexer.writer`).
+It reports counters to the parent after every page, stops after the page in hand when asked to
+(Ctrl-C, another worker failed) and stops at once when the parent is gone (the job was killed:
+nothing is left running).
 
 Nothing is kept outside Elasticsearch: a killed job is resumed by running it again, since
 the selection leaves out documents that already carry the current scheme version.

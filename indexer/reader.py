@@ -78,10 +78,10 @@ class SliceReader:
     keep_alive: str
     source_fields: Sequence[str]
     pit_id: str | None = None
+    pit_restarts: int = 0
     #: read the whole ``_source`` and keep its bytes (:mod:`neardup.indexer.rawsource`) instead
     #: of ``source_fields``
     whole_sources: bool = False
-    pit_restarts: int = 0
     _search_after: list[Any] | None = field(default=None, repr=False)
 
     def open(self) -> None:
