@@ -1,19 +1,28 @@
 """Benchmark of ``neardup index``: end-to-end documents per second on Reuters-21578 in the real
-Elasticsearch, the share of time spent fingerprinting versus Elasticsearch I/O, and the peak
-memory of the job at two corpus sizes (memory must not grow with the index size).
+Elasticsearch, the share of time spent fingerprinting versus Elasticsearch I/O, the CPU the
+cluster spends per document for each write shape, and the peak memory of the job at two corpus
+sizes (memory must not grow with the index size).
 
-For each size (Reuters ×1, ×4 by default: copies of every story under new ids) it loads a fresh
-index, runs ``python -m neardup index --json`` as a subprocess exactly as a user would, samples
-the resident memory (RSS) of the job's parent and each worker process every 0.1 s, and prints:
+For each size (Reuters ×1, ×4 by default: copies of every story under new ids) and each write
+shape (``--shapes``: ``partial``, partial updates only; ``whole``, whole-document writes where
+the index allows them, the default of ``neardup index``) it loads a fresh index, runs ``python
+-m neardup index --json`` as a subprocess exactly as a user would (``partial`` through this
+script, which runs the same command with ``IndexOptions.whole_documents`` off), samples the peak
+resident memory (``VmHWM`` of /proc/PID/status) of the job's parent and each worker process
+every 0.1 s, and prints:
 
 * docs/s: documents read ÷ wall time of the command (start-up, mapping check, counting included);
 * fingerprint / ES read / ES write: seconds summed over workers (from the job's summary) and the
   fingerprinting share of their sum;
+* ES ms/doc: CPU time of the Elasticsearch node during the command (after a warm-up run of each
+  shape on a small index, since a fresh node spends CPU compiling its own code)
+  (``GET _nodes/_local/stats/process``: ``process.cpu.total_in_millis``) ÷ documents written;
 * peak RSS of the parent and of the largest worker.
 
 Usage::
 
     .venv/bin/python bench/indexer.py [--es-url URL] [--copies 1 4] [--workers 2] [--batch-size 500]
+                                      [--shapes partial whole]
 
 The Elasticsearch URL defaults to ``$NEARDUP_TEST_ES_URL``, else http://127.0.0.1:9299. The indices
 are named ``bench-indexer-*`` and deleted afterwards.
@@ -57,11 +66,30 @@ def load_copies(es: Elasticsearch, index: str, docs: list[dict[str, Any]], copie
     return loaded
 
 
-def run_job(es_url: str, index: str, workers: int, batch_size: int) -> dict[str, Any]:
+def es_cpu_millis(es: Elasticsearch) -> int:
+    """CPU time the node has used since it started (the benchmark's node: one node)."""
+    nodes = es.nodes.stats(node_id="_local", metric="process").body["nodes"]
+    return sum(int(n["process"]["cpu"]["total_in_millis"]) for n in nodes.values())
+
+
+def peak_rss(process: psutil.Process) -> int:
+    """The process's peak resident memory so far (``VmHWM``), else its resident memory now."""
+    try:
+        with open(f"/proc/{process.pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(process.memory_info().rss)
+
+
+def run_job(es_url: str, index: str, workers: int, batch_size: int, shape: str = "whole") -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not (k.startswith("NEARDUP_") and "__" in k)}
     env.update(NEARDUP_UPSTREAM__URLS=es_url, NEARDUP_LOGGING__LEVEL="WARNING",
                PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
-    command = [sys.executable, "-m", "neardup", "index", "--index", index, "--json",
+    runner = ["-m", "neardup"] if shape == "whole" else [str(Path(__file__).resolve()), "--run-partial"]
+    command = [sys.executable, *runner, "index", "--index", index, "--json",
                "--workers", str(workers), "--batch-size", str(batch_size)]
     started = time.perf_counter()
     job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
@@ -70,10 +98,10 @@ def run_job(es_url: str, index: str, workers: int, batch_size: int) -> dict[str,
     peak_worker: dict[int, int] = {}
     while job.poll() is None:
         try:
-            peak_parent = max(peak_parent, parent.memory_info().rss)
+            peak_parent = max(peak_parent, peak_rss(parent))
             for child in parent.children(recursive=True):
                 try:
-                    peak_worker[child.pid] = max(peak_worker.get(child.pid, 0), child.memory_info().rss)
+                    peak_worker[child.pid] = max(peak_worker.get(child.pid, 0), peak_rss(child))
                 except psutil.NoSuchProcess:
                     pass
         except psutil.NoSuchProcess:
@@ -88,6 +116,22 @@ def run_job(es_url: str, index: str, workers: int, batch_size: int) -> dict[str,
             "peak_worker_mb": max(peak_worker.values(), default=0) / 2**20, "workers_seen": len(peak_worker)}
 
 
+def run_partial(argv: list[str]) -> int:
+    """``neardup ARGV`` with whole-document writes off (partial updates only)."""
+    import dataclasses
+
+    from neardup.cli import index as index_cli
+    from neardup.cli import main as cli_main
+
+    original = index_cli.run_job
+
+    def partial_only(config: Any, options: Any, **kwargs: Any) -> Any:
+        return original(config, dataclasses.replace(options, whole_documents=False), **kwargs)
+
+    index_cli.run_job = partial_only
+    return cli_main(argv)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--es-url", default=os.environ.get("NEARDUP_TEST_ES_URL", "http://127.0.0.1:9299"),
@@ -96,33 +140,51 @@ def main() -> int:
                         help="corpus sizes as multiples of Reuters-21578 (default: 1 4)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default: 2)")
     parser.add_argument("--batch-size", type=int, default=500, help="page and bulk size (default: 500)")
+    parser.add_argument("--shapes", nargs="+", choices=["partial", "whole"], default=["partial", "whole", "whole", "partial"],
+                        help="write shapes to compare, in this order, each on a fresh copy of the same index "
+                             "(default: partial whole whole partial)")
+    parser.add_argument("--warm-up", type=int, default=2000,
+                        help="stories enriched with each shape first, not counted (the node's JIT warms up)")
     args = parser.parse_args()
 
     es = Elasticsearch(args.es_url, request_timeout=120)
     docs = list(reuters_documents())
-    print(f"Elasticsearch {args.es_url}, {os.cpu_count()} CPUs, workers={args.workers}, "
-          f"batch={args.batch_size}, Reuters-21578: {len(docs)} stories")
-    header = (f"{'docs':>8} {'wall s':>7} {'docs/s':>7} {'fp s':>7} {'read s':>7} {'write s':>8} "
-              f"{'fp share':>8} {'parent MB':>9} {'worker MB':>9}")
-    rows = [header]
+    print(f"Elasticsearch {args.es_url}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
+          f"workers={args.workers}, batch={args.batch_size}, Reuters-21578: {len(docs)} stories")
+    header = (f"{'shape':>7} {'docs':>8} {'wall s':>7} {'docs/s':>7} {'fp s':>7} {'read s':>7} {'write s':>8} "
+              f"{'fp share':>8} {'ES ms/doc':>9} {'parent MB':>9} {'worker MB':>9}")
+    if args.warm_up:
+        for shape in sorted(set(args.shapes)):
+            index = f"bench-indexer-warm-up-{shape}-{uuid.uuid4().hex[:6]}"
+            try:
+                load_copies(es, index, docs[:args.warm_up], 1)
+                run_job(args.es_url, index, args.workers, args.batch_size, shape)
+            finally:
+                es.options(ignore_status=404).indices.delete(index=index)
     print(header)
     for copies in args.copies:
-        index = f"bench-indexer-{copies}x-{uuid.uuid4().hex[:6]}"
-        try:
-            count = load_copies(es, index, docs, copies)
-            result = run_job(args.es_url, index, args.workers, args.batch_size)
-        finally:
-            es.options(ignore_status=404).indices.delete(index=index)
-        s = result["summary"]
-        busy = s["fingerprint_seconds"] + s["read_seconds"] + s["write_seconds"]
-        row = (f"{count:>8} {result['wall']:>7.1f} {s['read'] / result['wall']:>7.0f} "
-               f"{s['fingerprint_seconds']:>7.1f} {s['read_seconds']:>7.1f} {s['write_seconds']:>8.1f} "
-               f"{100 * s['fingerprint_seconds'] / busy:>7.0f}% {result['peak_parent_mb']:>9.0f} "
-               f"{result['peak_worker_mb']:>9.0f}")
-        rows.append(row)
-        print(row, flush=True)
+        for shape in args.shapes:
+            index = f"bench-indexer-{copies}x-{shape}-{uuid.uuid4().hex[:6]}"
+            try:
+                count = load_copies(es, index, docs, copies)
+                time.sleep(5)  # let the merges of the load end before the CPU is counted
+                cpu_before = es_cpu_millis(es)
+                result = run_job(args.es_url, index, args.workers, args.batch_size, shape)
+                cpu = es_cpu_millis(es) - cpu_before
+            finally:
+                es.options(ignore_status=404).indices.delete(index=index)
+            s = result["summary"]
+            busy = s["fingerprint_seconds"] + s["read_seconds"] + s["write_seconds"]
+            written = max(1, s["updated"])
+            row = (f"{shape:>7} {count:>8} {result['wall']:>7.1f} {s['read'] / result['wall']:>7.0f} "
+                   f"{s['fingerprint_seconds']:>7.1f} {s['read_seconds']:>7.1f} {s['write_seconds']:>8.1f} "
+                   f"{100 * s['fingerprint_seconds'] / busy:>7.0f}% {cpu / written:>9.3f} "
+                   f"{result['peak_parent_mb']:>9.0f} {result['peak_worker_mb']:>9.0f}")
+            print(row, flush=True)
     return 0
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--run-partial"]:
+        raise SystemExit(run_partial(sys.argv[2:]))
     raise SystemExit(main())

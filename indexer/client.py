@@ -95,6 +95,9 @@ class Indices(Protocol):
 
     def get_field_mapping(self, *, index: str, fields: str, include_defaults: bool = False) -> dict[str, Any]: ...
 
+    def get_settings(self, *, index: str, include_defaults: bool = False,
+                     filter_path: FilterPath = None) -> dict[str, Any]: ...
+
     def stats(self, *, index: str, level: str | None = None, metric: str | None = None,
               filter_path: FilterPath = None) -> dict[str, Any]: ...
 
@@ -136,7 +139,7 @@ class Client(Protocol):
 
     def msearch(self, *, searches: Sequence[Mapping[str, Any]]) -> dict[str, Any]: ...
 
-    def bulk(self, *, operations: Sequence[Mapping[str, Any]], refresh: bool | None = None,
+    def bulk(self, *, operations: Sequence[Mapping[str, Any] | bytes], refresh: bool | None = None,
              filter_path: FilterPath = None) -> dict[str, Any]: ...
 
     def open_point_in_time(self, *, index: str, keep_alive: str) -> str:

@@ -7,10 +7,11 @@ sub-fields; starts one worker process per slice, shows progress, prints the summ
 Worker process (one per Elasticsearch slice, see :mod:`neardup.indexer.query`): its own client, its
 own :class:`~neardup.fingerprint.Fingerprinter`, its own point in time. It counts its slice (for
 the ETA) and the documents left out as already current, then reads pages with
-``search_after``, fingerprints them and writes them back with conditional partial updates
-(:mod:`neardup.indexer.writer`). It reports counters to the parent after every page, stops after
-the page in hand when asked to (Ctrl-C, another worker failed) and stops at once when the
-parent is gone (the job was killed: nothing is left running).
+``search_after``, fingerprints them and writes them back conditionally: whole documents where
+the index stores ``_source`` as sent, partial updates elsewhere (:mod:`neardup.indexer.writer`).
+It reports counters to the parent after every page, stops after the page in hand when asked to
+(Ctrl-C, another worker failed) and stops at once when the parent is gone (the job was killed:
+nothing is left running).
 
 Nothing is kept outside Elasticsearch: a killed job is resumed by running it again, since
 the selection leaves out documents that already carry the current scheme version.
@@ -53,6 +54,7 @@ from neardup.indexer.retry import Retrier
 from neardup.indexer.stats import JobStats
 from neardup.indexer.tfidf_vectors import TfidfEnricher, make_enricher, neardup_of, source_texts, tf_properties
 from neardup.indexer.watermark import WINDOW_TYPES
+from neardup.indexer.wholedoc import whole_document_indices
 from neardup.indexer.writer import BulkUpdater, refresh_written
 from neardup.upstream import ClusterInfo, check_upstream
 
@@ -79,6 +81,9 @@ class IndexOptions:
     refresh: bool = True
     #: the update-timestamp field of ``--follow --since-field`` (:mod:`neardup.indexer.watermark`)
     window_field: str | None = None
+    #: write whole documents where the index allows it (:mod:`neardup.indexer.wholedoc`), else
+    #: partial updates only
+    whole_documents: bool = True
 
 
 @dataclass
@@ -242,7 +247,10 @@ def run_slice(config: Config, options: IndexOptions, spec: SliceSpec, version: s
                          tuple(options.fields) + STORED_PATHS + ((TF_VERSION_PATH,) if tfidf is not None else ()))
     seeder = Seeder(client, retrier, seeds, config.indexer.max_retries, stats.failures) if seeds else None
     updater = BulkUpdater(client, retrier, fingerprint_function(options.fields, fingerprinter, tfidf),
-                          tuple(options.fields) + STORED_PATHS, config.indexer.max_retries, stats, seeder)
+                          tuple(options.fields) + STORED_PATHS, config.indexer.max_retries, stats, seeder,
+                          whole_indices=(whole_document_indices(client, retrier, options.index)
+                                         if options.whole_documents else frozenset()))
+    reader.whole_sources = bool(updater.whole_indices)
     reported = JobStats()
 
     def report_progress() -> None:

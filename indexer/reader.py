@@ -2,7 +2,8 @@
 
 Pages are sorted on ``_shard_doc`` (the cheapest total order under a PIT; OpenSearch before 3
 has none, and sorts on ``_id`` instead: :func:`page_order`) and carry ``_seq_no``/``_primary_term``
-for the conditional updates. Only the text fields are fetched.
+for the conditional writes. Only the text fields are fetched, or the whole ``_source`` with its
+bytes (``whole_sources``) for whole-document writes (:mod:`neardup.indexer.writer`).
 
 If the point in time expires (a page took longer than ``keep_alive``, e.g. during an outage)
 a new one is opened and the slice is read again from its start; the selection leaves out
@@ -20,6 +21,7 @@ from typing import Any
 from neardup.indexer.client import Client, cluster_setting
 from neardup.indexer.errors import ClusterApiError, JobError, error_type_and_reason
 from neardup.indexer.query import SliceSpec
+from neardup.indexer.rawsource import attach_raw_sources
 from neardup.indexer.retry import Retrier
 from neardup.upstream import ClusterInfo
 
@@ -77,6 +79,9 @@ class SliceReader:
     source_fields: Sequence[str]
     pit_id: str | None = None
     pit_restarts: int = 0
+    #: read the whole ``_source`` and keep its bytes (:mod:`neardup.indexer.rawsource`) instead
+    #: of ``source_fields``
+    whole_sources: bool = False
     _search_after: list[Any] | None = field(default=None, repr=False)
 
     def open(self) -> None:
@@ -132,7 +137,8 @@ class SliceReader:
                 response = self._search(
                     size=self.batch_size, query=self.query, sort=[page_order(self.client.engine)],
                     search_after=self._search_after, seq_no_primary_term=True,
-                    track_total_hits=False, source=list(self.source_fields) or False)
+                    track_total_hits=False,
+                    source=True if self.whole_sources else list(self.source_fields) or False)
             except PitExpired:
                 failures_in_a_row += 1
                 self.pit_restarts += 1
@@ -149,6 +155,8 @@ class SliceReader:
             if not hits:
                 return
             self._search_after = hits[-1]["sort"]
+            if self.whole_sources:
+                attach_raw_sources(response, hits)
             yield hits
             if len(hits) < self.batch_size:
                 return

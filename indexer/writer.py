@@ -1,14 +1,27 @@
-"""Writing fingerprints back: ``_bulk`` partial updates, conditional on what was read.
+"""Writing fingerprints back with ``_bulk``, conditional on what was read.
 
-Each action is ``{"update": {"_index", "_id", "routing", "if_seq_no", "if_primary_term"}}``
-followed by ``{"doc": {"neardup": {...}}}``. A partial update merges objects, so only the
-five fingerprint keys of ``neardup`` are (over)written; other keys of ``neardup`` and every
-other field stay as they are, except the cluster values: while the index has never been
-clustered, ``neardup.cluster`` and ``neardup.bands`` get the document's *seed* (the values a
-singleton gets from ``neardup cluster``, :mod:`neardup.indexer.cluster.seeds`) in the same update; once
-it has been, a changed fingerprint sets them to null (:func:`neardup.indexer.enrich.cleared_cluster_keys`).
-There is no ``upsert``/``doc_as_upsert``: a document deleted since it was read makes the update
-fail with ``document_missing_exception`` and stays deleted.
+Two write shapes, both conditional on the version read (``if_seq_no``, ``if_primary_term``):
+
+* a **whole-document write**, on indices whose ``_source`` is stored as sent
+  (:mod:`neardup.indexer.wholedoc`) when the document was read whole: ``{"index": {"_index",
+  "_id", "routing", "if_seq_no", "if_primary_term", "pipeline": "_none"}}`` followed by the
+  ``_source`` bytes as read (:mod:`neardup.indexer.rawsource`) with the new ``neardup`` object
+  spliced in (:func:`neardup.fingerprint.splice.with_field`): every other byte of the object stays (a source
+  holding a line break, which no bulk body can carry on one line, gets a partial update). The
+  ``neardup`` object is the one a partial update would store (:func:`merged_object`). The
+  engine indexes it without reading and merging the stored document first.
+* a **partial update** otherwise, and for a write that would change nothing (the engine answers
+  it ``noop`` without indexing): ``{"update": {...}}`` followed by ``{"doc": {"neardup": {...}}}``.
+
+A partial update merges objects, so only the five fingerprint keys of ``neardup`` are
+(over)written; other keys of ``neardup`` and every other field stay as they are, except the
+cluster values: while the index has never been clustered, ``neardup.cluster`` and
+``neardup.bands`` get the document's *seed* (the values a singleton gets from ``neardup
+cluster``, :mod:`neardup.indexer.cluster.seeds`) in the same write; once it has been, a changed
+fingerprint sets them to null (:func:`neardup.indexer.enrich.cleared_cluster_keys`).
+Neither shape creates a document: an update of a deleted document fails with
+``document_missing_exception``, an ``index`` action conditional on a ``_seq_no`` with a
+version conflict; either way it stays deleted.
 
 Seeds (with a :class:`~neardup.indexer.cluster.seeds.Seeder`): each request carries them while the last
 check found no clusters in the index's ``_meta``; after the request is acknowledged the
@@ -18,12 +31,15 @@ check found no clusters in the index's ``_meta``; after the request is acknowled
 Per item of the bulk answer:
 
 * 200 ``updated`` / ``noop`` (same values already stored): done.
-* 409 version conflict (changed since read): the document is read again (real-time ``mget``),
-  fingerprinted again and the update retried on the new ``_seq_no``; if it is gone by then it
+* 409 version conflict (changed or deleted since read): the document is read again (real-time
+  ``mget``), fingerprinted again and written on the new ``_seq_no``; if it is gone by then it
   counts as deleted meanwhile. After ``max_retries`` conflicts for one document it fails.
 * 404 ``document_missing_exception``: deleted meanwhile.
-* 429 and 5xx: retried with backoff (the same conditional update), up to ``max_retries``.
+* 429 and 5xx: retried with backoff (the same conditional write), up to ``max_retries``.
 * anything else: failed, with Elasticsearch's error type and reason.
+
+A bulk request holds at most :data:`MAX_BULK_BYTES` of documents (a page of large documents
+is sent in several).
 
 If the whole bulk request is retried after a timeout although it was applied, its items
 come back as conflicts, are re-read and end as ``noop``: still correct. An item sent with a
@@ -36,16 +52,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from neardup.fingerprint import FIELD
+from neardup.fingerprint.splice import with_field
 from neardup.fingerprint.texts import Outcome
 from neardup.indexer.client import Client
 from neardup.indexer.cluster.seeds import SeededWrite, Seeder, seeded_write, uncertain_write
 from neardup.indexer.docversion import DocVersion
 from neardup.indexer.errors import ClusterError, error_type_and_reason
+from neardup.indexer.rawsource import RAW_SOURCE, attach_raw_sources
 from neardup.indexer.retry import TRANSIENT_STATUSES, Retrier
 from neardup.indexer.stats import JobStats
 
@@ -53,6 +71,11 @@ log = logging.getLogger(__name__)
 
 #: ``(outcome, neardup value or None)`` for a document's ``_source``.
 FingerprintSource = Callable[[Mapping[str, Any]], tuple[Outcome, dict[str, Any] | None]]
+
+#: Most bytes of documents in one bulk request (a larger page is sent in several).
+MAX_BULK_BYTES = 8 << 20
+#: What a partial update's lines count towards :data:`MAX_BULK_BYTES`.
+_UPDATE_BYTES = 512
 
 _BULK_FILTER = ["items.*.status", "items.*.result", "items.*.error.type", "items.*.error.reason",
                 "items.*.error.caused_by.reason", "items.*._seq_no", "items.*._primary_term"]
@@ -69,17 +92,75 @@ class Pending(DocVersion):
     seed: dict[str, Any] | None = None
     #: the seed this update was last sent with (kept when a resend carries none)
     sent_seed: dict[str, Any] | None = None
+    #: the whole ``_source`` as read, its bytes and decoded (None: written as a partial update)
+    raw: bytes | None = None
+    source: Mapping[str, Any] | None = None
+
+    def value(self) -> dict[str, Any]:
+        """What is written under ``neardup`` (merged into the stored object)."""
+        return {**self.neardup, **self.seed} if self.seed else self.neardup
 
     def document(self) -> dict[str, Any]:
-        return {"doc": {FIELD: {**self.neardup, **self.seed} if self.seed else self.neardup}}
+        return {"doc": {FIELD: self.value()}}
+
+    def whole_document(self) -> bytes | None:
+        """The ``_source`` as read with the ``neardup`` object a partial update would leave;
+        None without the source, when that changes nothing (a partial update is a ``noop``), or
+        when the source holds a line break (it cannot be one line of a bulk body)."""
+        if self.raw is None or self.source is None or b"\n" in self.raw:
+            return None
+        stored = self.source.get(FIELD)
+        value = merged_object(stored, self.value()) if isinstance(stored, Mapping) else self.value()
+        if FIELD in self.source and value == stored:
+            return None
+        return with_field(self.raw, self.source, FIELD, value)
+
+    def size(self) -> int:
+        return len(self.raw) if self.raw is not None else _UPDATE_BYTES
 
 
-def bulk_operations(pending: Sequence[Pending]) -> list[dict[str, Any]]:
-    operations: list[dict[str, Any]] = []
+def merged_object(stored: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``stored`` with ``changes`` merged in as a partial update merges them: objects key by
+    key, recursively; any other value replaced."""
+    merged = dict(stored)
+    for key, value in changes.items():
+        before = merged.get(key)
+        merged[key] = (merged_object(before, value) if isinstance(before, Mapping) and isinstance(value, Mapping)
+                       else value)
+    return merged
+
+
+def bulk_operations(pending: Sequence[Pending]) -> list[dict[str, Any] | bytes]:
+    """The bulk lines: a whole-document write where the item has its source, else an update."""
+    operations: list[dict[str, Any] | bytes] = []
     for item in pending:
-        operations.append(item.update_meta())
-        operations.append(item.document())
+        whole = item.whole_document()
+        if whole is None:
+            operations.append(item.update_meta())
+            operations.append(item.document())
+        else:
+            operations.append({"index": {**item.update_meta()["update"], "pipeline": "_none"}})
+            operations.append(whole)
     return operations
+
+
+def by_size(pending: Sequence[Pending], limit: int = MAX_BULK_BYTES) -> Iterator[list[Pending]]:
+    """``pending`` in runs of at most ``limit`` document bytes (a larger document alone)."""
+    run: list[Pending] = []
+    size = 0
+    for item in pending:
+        if run and size + item.size() > limit:
+            yield run
+            run, size = [], 0
+        run.append(item)
+        size += item.size()
+    if run:
+        yield run
+
+
+def item_result(answer: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The result in a bulk answer item (``{"update": {...}}`` or ``{"index": {...}}``)."""
+    return next(iter(answer.values()), {}) if answer else {}
 
 
 def count_outcome(stats: JobStats, outcome: Outcome) -> None:
@@ -105,26 +186,37 @@ class BulkUpdater:
     #: called with each update acknowledged (updated or noop) and its bulk answer item
     #: (``_seq_no``, ``_primary_term``: the version written)
     on_settled: Callable[[Pending, Mapping[str, Any]], None] | None = None
+    #: the indices written with whole-document writes (:mod:`neardup.indexer.wholedoc`): their
+    #: documents are read whole (``_source`` unfiltered, with its bytes)
+    whole_indices: frozenset[str] = frozenset()
 
     def pending_from_hit(self, hit: Mapping[str, Any], **counters: int) -> Pending | None:
         """Fingerprint a search hit (or a real-time get); ``None`` if it gets no fingerprint."""
         started = time.perf_counter()
-        outcome, neardup = self.fingerprint_source(hit.get("_source") or {})
+        source = hit.get("_source") or {}
+        outcome, neardup = self.fingerprint_source(source)
         self.stats.fingerprint_seconds += time.perf_counter() - started
         if neardup is None:
             count_outcome(self.stats, outcome)
             return None
+        raw = hit.get(RAW_SOURCE) if hit["_index"] in self.whole_indices else None
+        if raw is not None:
+            return Pending.of(hit, neardup, raw=raw, source=source, **counters)
         return Pending.of(hit, neardup, **counters)
 
     def write(self, pending: list[Pending]) -> None:
-        """Send the updates until each one is settled (updated, unchanged, deleted or failed)."""
+        """Send the writes until each one is settled (updated, unchanged, deleted or failed)."""
+        for run in by_size(pending, MAX_BULK_BYTES):
+            self._write(run)
+
+    def _write(self, pending: list[Pending]) -> None:
         while pending:
             self._seed(pending)
             items = self._bulk(pending)
             conflicted: list[Pending] = []
             again: list[Pending] = []
             for item, answer in zip(pending, items):
-                self._settle(item, answer.get("update", {}), conflicted, again)
+                self._settle(item, item_result(answer), conflicted, again)
             if self.seeder is not None:
                 self._confirm(pending, items, again)
             if again:
@@ -142,7 +234,7 @@ class BulkUpdater:
         for item, answer in zip(pending, items):
             if item.sent_seed is None:
                 continue
-            result = answer.get("update", {})
+            result = item_result(answer)
             write = seeded_write(item.index, item.id, item.routing, result, item.seed) if item.seed else None
             if write is not None:
                 written.append(write)
@@ -210,8 +302,12 @@ class BulkUpdater:
         if not conflicted:
             return []
         started = time.perf_counter()
+        whole = bool(self.whole_indices)
         response = self.retrier.call("re-reading changed documents", lambda: self.client.mget(
-            docs=[p.get_ref() for p in conflicted], source=list(self.source_fields) or False, realtime=True))
+            docs=[p.get_ref() for p in conflicted], source=True if whole else list(self.source_fields) or False,
+            realtime=True))
+        if whole:
+            attach_raw_sources(response, response["docs"])
         self.stats.read_seconds += time.perf_counter() - started
         fresh: list[Pending] = []
         for previous, doc in zip(conflicted, response["docs"]):

@@ -306,18 +306,26 @@ def test_unreachable_cluster_at_start():
 
 # --- changes while the job runs -------------------------------------------------------------------------
 
+def page_writer(es_url: str, name: str, fp: Fingerprinter,
+                whole: bool = False) -> tuple[Any, SliceReader, BulkUpdater]:
+    """A client, a reader of pages of 100 of ``name`` and the job's writer (``whole``: writing
+    whole documents), as a worker builds them."""
+    client = make_client(load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url}).upstream)
+    retrier = Retrier(es_url, 3)
+    reader = SliceReader(client, retrier, name, selection(version=fp.version, force=False, since=None,
+                                                          since_field="@timestamp"),
+                         SliceSpec(), 100, "1m", FIELDS, whole_sources=whole)
+    updater = BulkUpdater(client, retrier, fingerprint_function(FIELDS, fp), FIELDS, 3, JobStats(),
+                          whole_indices=frozenset({name}) if whole else frozenset())
+    return client, reader, updater
+
+
 def test_conflicting_writes_are_reread_and_deleted_documents_stay_deleted(es, es_url, new_index, fp, reuters_docs):
     """Read a page, change and delete documents, then write: nothing stale, nothing resurrected."""
     docs = [d for d in reuters_sample(reuters_docs, 80) if d["body"]][:40]
     name = new_index(docs)
-    config = load_config(environ={"NEARDUP_UPSTREAM__URLS": es_url})
-    client = make_client(config.upstream)
-    retrier = Retrier(es_url, 3)
-    stats = JobStats()
-    reader = SliceReader(client, retrier, name, selection(version=fp.version, force=False, since=None,
-                                                          since_field="@timestamp"),
-                         SliceSpec(), 100, "1m", FIELDS)
-    updater = BulkUpdater(client, retrier, fingerprint_function(FIELDS, fp), FIELDS, 3, stats)
+    client, reader, updater = page_writer(es_url, name, fp)
+    stats = updater.stats
     try:
         reader.open()
         hits = next(reader.pages())

@@ -24,6 +24,7 @@ from neardup.indexer.errors import (
     ClusterTlsError,
     raising_cluster_errors,
 )
+from neardup.indexer.rawsource import decoded
 from neardup.upstream import ClusterInfo, base_client_options
 
 #: The major version of the installed elasticsearch-py.
@@ -40,15 +41,32 @@ def version_mismatch(cluster: ClusterInfo) -> str | None:
             f"and newer only; install the client of the server's major version: pip install '{wanted}'")
 
 
+class _RawKeepingJson(elasticsearch.serializer.JsonSerializer):
+    """JSON answers decoded as :class:`~neardup.indexer.rawsource.RawBody` (their bytes kept)."""
+
+    def loads(self, data: bytes) -> Any:
+        try:
+            return decoded(data) if data else None
+        except ValueError:
+            return super().loads(data)  # raises the client's own error
+
+
+class _RawKeepingCompatibleJson(_RawKeepingJson):
+    mimetype = elasticsearch.serializer.CompatibilityModeJsonSerializer.mimetype
+
+
 def client_options(upstream: UpstreamConfig) -> dict[str, Any]:
     """Keyword arguments for :class:`elasticsearch.Elasticsearch` from the configuration.
 
     Credentials and TLS as in the start-up check (:mod:`neardup.upstream`); the job's own
-    request timeout and a small connection pool (a worker has one request in flight).
+    request timeout and a small connection pool (a worker has one request in flight); JSON
+    answers that keep their bytes (:mod:`neardup.indexer.rawsource`).
     """
     options = base_client_options(upstream)
     options.update(request_timeout=upstream.request_timeout, max_retries=0, retry_on_timeout=False,
-                   connections_per_node=min(upstream.max_connections, 8))
+                   connections_per_node=min(upstream.max_connections, 8),
+                   serializers={_RawKeepingJson.mimetype: _RawKeepingJson(),
+                                _RawKeepingCompatibleJson.mimetype: _RawKeepingCompatibleJson()})
     return options
 
 
@@ -104,6 +122,12 @@ class _Indices:
         with _translating():
             return self._es.indices.get_field_mapping(index=index, fields=fields,
                                                       include_defaults=include_defaults).body
+
+    def get_settings(self, *, index: str, include_defaults: bool = False,
+                     filter_path: str | Sequence[str] | None = None) -> dict[str, Any]:
+        with _translating():
+            return self._es.indices.get_settings(index=index, include_defaults=include_defaults,
+                                                 filter_path=filter_path).body
 
     def stats(self, *, index: str, level: str | None = None, metric: str | None = None,
               filter_path: str | Sequence[str] | None = None) -> dict[str, Any]:
@@ -162,10 +186,12 @@ class ElasticsearchClient:
         with _translating():
             return self._es.msearch(searches=searches).body
 
-    def bulk(self, *, operations: Sequence[Mapping[str, Any]], refresh: bool | None = None,
+    def bulk(self, *, operations: Sequence[Mapping[str, Any] | bytes], refresh: bool | None = None,
              filter_path: str | Sequence[str] | None = None) -> dict[str, Any]:
         with _translating():
-            return self._es.bulk(operations=operations, refresh=refresh, filter_path=filter_path).body
+            # the stubs want mappings; the ndjson serializer sends a bytes line as it is
+            return self._es.bulk(operations=operations, refresh=refresh,  # type: ignore[arg-type]
+                                 filter_path=filter_path).body
 
     def open_point_in_time(self, *, index: str, keep_alive: str) -> str:
         with _translating():

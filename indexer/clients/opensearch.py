@@ -8,11 +8,11 @@ point in time is OpenSearch's own (``POST /<index>/_search/point_in_time``, clos
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from opensearchpy import OpenSearch, OpenSearchWarning
+from opensearchpy import JSONSerializer, OpenSearch, OpenSearchWarning
 from opensearchpy import exceptions as os_errors
 
 from neardup.config import UpstreamConfig
@@ -24,6 +24,7 @@ from neardup.indexer.errors import (
     ClusterTlsError,
     raising_cluster_errors,
 )
+from neardup.indexer.rawsource import decoded
 from neardup.upstream import ClusterInfo, auth_headers
 
 # OpenSearch 2 pages a point in time on _id (indexer.reader.page_order), and warns on every page
@@ -35,11 +36,22 @@ warnings.filterwarnings("ignore", message="Loading the fielddata on the _id fiel
 BODY_NAMES = {"source": "_source", "from_": "from"}
 
 
+class _RawKeepingJson(JSONSerializer):
+    """JSON answers decoded as :class:`~neardup.indexer.rawsource.RawBody` (their text kept)."""
+
+    def loads(self, s: str) -> Any:
+        try:
+            return decoded(s)
+        except ValueError:
+            return super().loads(s)  # raises the client's own error
+
+
 def client_options(upstream: UpstreamConfig) -> dict[str, Any]:
     """Keyword arguments for :class:`opensearchpy.OpenSearch` from the configuration: credentials
-    and TLS as in the start-up check, the job's request timeout, no retries, a small pool."""
+    and TLS as in the start-up check, the job's request timeout, no retries, a small pool, JSON
+    answers that keep their text (:mod:`neardup.indexer.rawsource`)."""
     options: dict[str, Any] = {"timeout": upstream.request_timeout, "max_retries": 0, "retry_on_timeout": False,
-                               "pool_maxsize": min(upstream.max_connections, 8)}
+                               "pool_maxsize": min(upstream.max_connections, 8), "serializer": _RawKeepingJson()}
     headers = auth_headers(upstream)
     if headers:
         options["headers"] = headers
@@ -108,6 +120,12 @@ class _Indices:
         with _translating():
             return self._os.indices.get_field_mapping(fields=fields, index=index, include_defaults=include_defaults)
 
+    def get_settings(self, *, index: str, include_defaults: bool = False,
+                     filter_path: str | Sequence[str] | None = None) -> dict[str, Any]:
+        with _translating():
+            return self._os.indices.get_settings(index=index, include_defaults=include_defaults,
+                                                 **_params(filter_path=filter_path))
+
     def stats(self, *, index: str, level: str | None = None, metric: str | None = None,
               filter_path: str | Sequence[str] | None = None) -> dict[str, Any]:
         with _translating():
@@ -132,6 +150,12 @@ class _Cluster:
                      filter_path: str | Sequence[str] | None = None) -> dict[str, Any]:
         with _translating():
             return self._os.cluster.get_settings(include_defaults=include_defaults, **_params(filter_path=filter_path))
+
+
+def ndjson(lines: Sequence[Mapping[str, Any] | bytes | str], dumps: Callable[[Any], str]) -> bytes:
+    """A bulk body: each line as given (bytes or text), an object as ``dumps`` writes it."""
+    return b"".join((line if isinstance(line, bytes) else (line if isinstance(line, str) else dumps(line)).encode("utf-8"))
+                    + b"\n" for line in lines)
 
 
 class OpenSearchClient:
@@ -170,10 +194,13 @@ class OpenSearchClient:
         with _translating():
             return self._os.msearch(body=list(searches))
 
-    def bulk(self, *, operations: Sequence[Mapping[str, Any]], refresh: bool | None = None,
+    def bulk(self, *, operations: Sequence[Mapping[str, Any] | bytes], refresh: bool | None = None,
              filter_path: str | Sequence[str] | None = None) -> dict[str, Any]:
         with _translating():
-            return self._os.bulk(body=list(operations), **_params(refresh=refresh, filter_path=filter_path))
+            # opensearch-py joins text lines: a body holding bytes lines is put together here
+            body = (ndjson(operations, self._os.transport.serializer.dumps)
+                    if any(isinstance(line, bytes) for line in operations) else list(operations))
+            return self._os.bulk(body=body, **_params(refresh=refresh, filter_path=filter_path))
 
     def open_point_in_time(self, *, index: str, keep_alive: str) -> str:
         with _translating():

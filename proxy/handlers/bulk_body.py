@@ -19,12 +19,12 @@ before its source (:func:`inline_script_span`).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from neardup.fingerprint import FIELD
+from neardup.fingerprint.splice import value_spans as value_spans  # shared with the indexer
 
 #: The action names of a bulk body.
 ACTIONS = frozenset({"index", "create", "update", "delete"})
@@ -133,45 +133,6 @@ def splice(source: bytes, doc: Mapping[str, Any], value: Mapping[str, Any] | Non
         raise ValueError("a JSON object ends with }")
     field = json.dumps({FIELD: value}, ensure_ascii=False, separators=(",", ":")).encode("utf-8")[1:-1]
     return source[:brace] + (b"," if doc else b"") + field + source[brace:]
-
-
-_SPACE = re.compile(r"[ \t\n\r]*")
-
-
-def value_spans(source: bytes) -> dict[str, tuple[int, int]] | None:
-    """The byte span of each top-level value of the JSON object ``source`` (the last one of a
-    key given twice), or None if it is no valid JSON object."""
-    try:
-        text = source.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    decoder = json.JSONDecoder()
-    spans: dict[str, tuple[int, int]] = {}
-    at = _SPACE.match(text, 0).end()  # type: ignore[union-attr]  # the pattern matches the empty string
-    if text[at:at + 1] != "{":
-        return None
-    at = _SPACE.match(text, at + 1).end()  # type: ignore[union-attr]
-    try:
-        while text[at:at + 1] != "}":
-            if text[at:at + 1] != '"':
-                return None
-            key, at = json.decoder.scanstring(text, at + 1)  # type: ignore[attr-defined]
-            at = _SPACE.match(text, at).end()  # type: ignore[union-attr]
-            if text[at:at + 1] != ":":
-                return None
-            start = _SPACE.match(text, at + 1).end()  # type: ignore[union-attr]
-            _, end = decoder.raw_decode(text, start)
-            spans[key] = (len(text[:start].encode("utf-8")), len(text[:end].encode("utf-8")))
-            at = _SPACE.match(text, end).end()  # type: ignore[union-attr]
-            if text[at:at + 1] == ",":
-                at = _SPACE.match(text, at + 1).end()  # type: ignore[union-attr]
-                if text[at:at + 1] == "}":
-                    return None
-            elif text[at:at + 1] != "}":
-                return None
-    except (ValueError, RecursionError):
-        return None
-    return spans if not text[at + 1:].strip(" \t\n\r") else None
 
 
 def splice_inner(source: bytes, span: tuple[int, int], doc: Mapping[str, Any], value: Mapping[str, Any]) -> bytes:
