@@ -36,7 +36,7 @@ class TextFormatter(logging.Formatter):
         self._second: tuple[int, str] = (-1, "")   # one tuple: threads see both parts or neither
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
-        if datefmt is not None:
+        if datefmt is not None or self.default_msec_format is None:
             return super().formatTime(record, datefmt)
         second = self._second
         if second[0] != int(record.created):
