@@ -94,8 +94,7 @@ def account(request: web.Request, response: web.StreamResponse, elapsed: float) 
     """The metrics and the access-log line of one answered request."""
     state = request.app[STATE]
     route = request[ROUTE]
-    state.metrics.inc("neardup_proxy_requests_total", route=route, status=str(response.status))
-    state.metrics.observe(elapsed, route=route)
+    state.metrics.answered(route, response.status, elapsed)
     if route in ("search", "msearch") and request[OUTCOME]:
         outcome, _, reason = str(request[OUTCOME]).partition(":")
         state.metrics.inc("neardup_proxy_searches_total", outcome=outcome, reason=reason)

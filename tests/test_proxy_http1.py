@@ -416,3 +416,36 @@ async def test_a_connection_lost_before_its_request_is_an_unanswered_break() -> 
     with pytest.raises(http1_client.Broken) as caught:
         await connection.exchange(b"GET / HTTP/1.1\r\n\r\n", False)
     assert caught.value.answered is False and not connection.reusable
+
+
+@asynchronous
+async def test_read_timeout_counts_from_the_last_bytes_not_the_first() -> None:
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n")
+        for byte in b"abcde":   # every gap under the timeout, the whole answer over it
+            await asyncio.sleep(0.12)
+            writer.write(bytes([byte]))
+        await reader.read()
+        writer.close()
+
+    server = await asyncio.start_server(trickle, "127.0.0.1", 0)
+    pool = node(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", read_timeout=0.3)
+    reply = await pool.exchange("GET", "/", [], None)
+    assert reply.body == b"abcde"
+    pool.close()
+    server.close()
+
+
+@asynchronous
+async def test_a_pooled_connection_outlives_its_last_read_timeout_and_times_out_again() -> None:
+    whole, silent = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{"
+    async with ScriptedServer(lambda req, n: whole if n < 2 else silent) as server:
+        pool = node(server.url, read_timeout=0.2)
+        assert (await pool.exchange("GET", "/", [], None)).body == b"ok"
+        await asyncio.sleep(0.5)   # idle past the first exchange's deadline: still pooled, still open
+        assert (await pool.exchange("GET", "/", [], None)).body == b"ok"
+        with pytest.raises(http1_client.ReadTimeout):
+            await pool.exchange("GET", "/", [], None)
+        assert server.connections == 1
+        pool.close()

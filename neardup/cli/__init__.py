@@ -17,7 +17,7 @@ from neardup import __version__
 from neardup.cli import cluster, compare, copies, duplicates, enrich, index, load, proxy
 from neardup.cli.options import GLOBAL_KEYS, with_options
 from neardup.config import ConfigError, load_config
-from neardup.logs import JsonFormatter
+from neardup.logs import JsonFormatter, TextFormatter
 
 #: Subcommand modules, in the order they appear in ``neardup --help``.
 COMMANDS = (compare, index, enrich, load, duplicates, cluster, copies, proxy)
@@ -58,12 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def configure_logging(level: str, fmt: str) -> None:
-    if fmt == "json":
-        handler = logging.StreamHandler()
-        handler.setFormatter(JsonFormatter())
-        logging.basicConfig(level=level, handlers=[handler], force=True)
-    else:
-        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
     for name, quiet in QUIET_LOGGERS.items():
         logging.getLogger(name).setLevel(logging.NOTSET if level == "DEBUG" else max(quiet, logging.getLevelName(level)))
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 
 from neardup.proxy.handlers.context import OUTCOME, STATE, read_body
 from neardup.proxy.transport import errors, framing, http1_client
@@ -65,17 +66,21 @@ async def send_back(request: web.Request, reply: http1_client.Reply,
     If the upstream breaks off a streamed answer, the client connection is closed without
     finishing the body, so the client sees a broken response, never a short valid one.
     """
-    response = web.StreamResponse(status=reply.status, reason=reply.reason)
-    for name, value in framing.response_headers(reply.headers):
-        response.headers.add(name, value)
-    for name, value in extra_headers:
-        response.headers.add(name, value)
+    headers = framing.response_headers(reply.headers)
+    headers += extra_headers
     if reply.rest is None and request.method != "HEAD" and reply.status not in _NO_BODY_STATUS:
-        response.content_length = len(reply.body)
-    else:   # HEAD, 204, 304, or a streamed answer: the upstream's own length, if it gave one
-        length = reply.headers.get("Content-Length")
-        if length is not None and length.isdigit():
-            response.content_length = int(length)
+        # whole: a Response writes head and body at once, with the body's own Content-Length
+        whole = CIMultiDict(headers)
+        if "Content-Length" in whole:   # in its place; else the Response appends it
+            whole["Content-Length"] = str(len(reply.body))
+        return web.Response(body=reply.body, status=reply.status, reason=reply.reason, headers=whole)
+    response = web.StreamResponse(status=reply.status, reason=reply.reason)
+    for name, value in headers:
+        response.headers.add(name, value)
+    # HEAD, 204, 304, or a streamed answer: the upstream's own length, if it gave one
+    length = reply.headers.get("Content-Length")
+    if length is not None and length.isdigit():
+        response.content_length = int(length)
     rest = reply.rest
     if rest is None:
         await response.prepare(request)

@@ -43,6 +43,8 @@ class Metrics:
         self.in_flight = 0
         self.snapshot_dir = snapshot_dir
         self._last_snapshot = 0.0
+        #: the label keys of :meth:`answered`, by (route, status): made once, not per request
+        self._answer_keys: dict[tuple[str, int], tuple[Labels, Labels]] = {}
 
     def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
         self.counters[name][tuple(sorted(labels.items()))] += amount
@@ -52,6 +54,19 @@ class Metrics:
         row = self.histograms.get(key)
         if row is None:
             row = self.histograms[key] = empty_histogram(BUCKETS)
+        observe(row, BUCKETS, seconds)
+
+    def answered(self, route: str, status: int, seconds: float) -> None:
+        """One answered request: ``neardup_proxy_requests_total`` by route and status, and its
+        duration by route (the same series as :meth:`inc` and :meth:`observe` with those labels)."""
+        keys = self._answer_keys.get((route, status))
+        if keys is None:
+            keys = self._answer_keys[(route, status)] = (
+                tuple(sorted({"route": route, "status": str(status)}.items())), (("route", route),))
+        self.counters["neardup_proxy_requests_total"][keys[0]] += 1.0
+        row = self.histograms.get(keys[1])
+        if row is None:
+            row = self.histograms[keys[1]] = empty_histogram(BUCKETS)
         observe(row, BUCKETS, seconds)
 
     # -- multi-worker -------------------------------------------------------------------

@@ -94,6 +94,8 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._waiter: asyncio.Future[Reply] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0                  # loop time the timer fires
+        self._deadline: float | None = None   # loop time the read times out, or None
         self._buffer = bytearray()
         self._head_request = False
         self._stream_over: int | None = None
@@ -125,7 +127,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self.reusable = False
-        self._cancel_timer()
+        self._drop_timer()
         reason = f"{type(exc).__name__}: {exc}" if exc else "the node closed the connection"
         rest, self._rest = self._rest, None
         if rest is not None:
@@ -198,17 +200,36 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
     # -- timer -------------------------------------------------------------------------------
+    # One timer per connection, moved lazily: arming only pushes the deadline on (no timer
+    # handle made or cancelled per read); the timer, when it fires before the deadline, waits
+    # again for the rest of it; a disarmed one fires and finds nothing to do.
     def _arm_timer(self) -> None:
-        self._cancel_timer()
-        self._timer = self._loop.call_later(self._read_timeout, self._timed_out)
+        self._deadline = self._loop.time() + self._read_timeout
+        if self._timer is None:
+            self._timer_at = self._deadline
+            self._timer = self._loop.call_at(self._deadline, self._timer_fired)
 
     def _cancel_timer(self) -> None:
+        self._deadline = None
+
+    def _drop_timer(self) -> None:
+        self._deadline = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
-    def _timed_out(self) -> None:
+    def _timer_fired(self) -> None:
         self._timer = None
+        if self._deadline is None:
+            return
+        if self._deadline > self._timer_at:
+            self._timer_at = self._deadline
+            self._timer = self._loop.call_at(self._deadline, self._timer_fired)
+            return
+        self._deadline = None
+        self._timed_out()
+
+    def _timed_out(self) -> None:
         waiter, self._waiter = self._waiter, None
         rest, self._rest = self._rest, None
         self.close()
