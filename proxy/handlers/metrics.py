@@ -50,7 +50,9 @@ class Metrics:
         self.counters[name][tuple(sorted(labels.items()))] += amount
 
     def observe(self, seconds: float, **labels: str) -> None:
-        key = tuple(sorted(labels.items()))
+        self._observe_at(tuple(sorted(labels.items())), seconds)
+
+    def _observe_at(self, key: Labels, seconds: float) -> None:
         row = self.histograms.get(key)
         if row is None:
             row = self.histograms[key] = empty_histogram(BUCKETS)
@@ -64,10 +66,7 @@ class Metrics:
             keys = self._answer_keys[(route, status)] = (
                 tuple(sorted({"route": route, "status": str(status)}.items())), (("route", route),))
         self.counters["neardup_proxy_requests_total"][keys[0]] += 1.0
-        row = self.histograms.get(keys[1])
-        if row is None:
-            row = self.histograms[keys[1]] = empty_histogram(BUCKETS)
-        observe(row, BUCKETS, seconds)
+        self._observe_at(keys[1], seconds)
 
     # -- multi-worker -------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
