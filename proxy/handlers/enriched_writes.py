@@ -50,7 +50,7 @@ from neardup.proxy.handlers import bulk_body, exchange, filter_path
 from neardup.proxy.handlers.context import OUTCOME, Incoming, ProxyState, receive
 from neardup.proxy.handlers.forward import forward, stream_back
 from neardup.proxy.handlers.missing_fingerprints import fingerprinting
-from neardup.proxy.handlers.params import split_query
+from neardup.proxy.handlers.params import join_query, split_query
 from neardup.proxy.handlers.write_routes import Write
 from neardup.proxy.transport import errors, framing, jsonio
 from neardup.proxy.transport.engine import ENGINE
@@ -177,9 +177,8 @@ async def _merged(state: ProxyState, incoming: Incoming, body: bytes, rejected: 
     try:
         client_filter = filter_path.parse(next((v for n, v, _ in params if n == "filter_path"), ""),
                                           drop_empty=state.upstream.engine.is_opensearch)
-        path_qs = incoming.raw_path + "".join(
-            ("?" if k == 0 else "&") + raw
-            for k, raw in enumerate(raw for name, _, raw in params if name != "filter_path"))
+        kept = join_query([param for param in params if param[0] != "filter_path"])
+        path_qs = incoming.raw_path + ("?" + kept if kept else "")
     except filter_path.UnsupportedFilterPath:
         client_filter, path_qs = None, incoming.path_qs
 
