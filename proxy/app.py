@@ -19,9 +19,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 import aiohttp
 from aiohttp import web
+from aiohttp.web_urldispatcher import AbstractRoute, UrlMappingMatchInfo
 
 from neardup.config import Config
 from neardup.proxy.grouping.collapse import Algorithms
@@ -96,8 +98,7 @@ def account(request: web.Request, response: web.StreamResponse, elapsed: float) 
     route = request[ROUTE]
     state.metrics.answered(route, response.status, elapsed)
     if route in ("search", "msearch") and request[OUTCOME]:
-        outcome, _, reason = str(request[OUTCOME]).partition(":")
-        state.metrics.inc("neardup_proxy_searches_total", outcome=outcome, reason=reason)
+        state.metrics.searched(str(request[OUTCOME]))
     state.metrics.maybe_write_snapshot()
     if access_log.isEnabledFor(logging.INFO):
         _log_access(request, response, elapsed)
@@ -206,7 +207,7 @@ def create_app(config: Config, algorithms: Algorithms | None = None,
     app.router.add_get("/_neardup/health", ops_moved if ops_elsewhere else health, allow_head=True, expect_handler=expect)
     app.router.add_get("/_neardup/metrics", ops_moved if ops_elsewhere else metrics, allow_head=True, expect_handler=expect)
     playground.register(app, config)
-    app.router.add_route("*", "/{tail:.*}", proxy_request, expect_handler=framing.expect_continue)
+    app[CATCH_ALL] = app.router.add_route("*", "/{tail:.*}", proxy_request, expect_handler=framing.expect_continue)
 
     async def start(app: web.Application) -> None:
         await app[STATE].upstream.start()
@@ -223,6 +224,58 @@ def create_app(config: Config, algorithms: Algorithms | None = None,
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
     return app
+
+
+#: The route of every request that is not the proxy's own (:func:`proxy_request`), in the
+#: application of :func:`create_app`: :class:`AppHandler` answers it without the router.
+CATCH_ALL: web.AppKey[AbstractRoute] = web.AppKey("catch_all", AbstractRoute)
+
+
+class AppHandler:
+    """The request handler of an application's server: :meth:`handle` is aiohttp's own
+    (``Application._handle``: the router, then the middleware chain), except for a request
+    whose path can only reach the catch-all route (:data:`CATCH_ALL`), which goes straight to
+    :func:`observe` and :func:`proxy_request`. Resolving the route and building the chain cost
+    more than all the rest a pass-through does in Python.
+
+    A path takes the short way when the router could only match it to the catch-all: it starts
+    with ``/`` and not with ``/_neardup``, and has no ``%`` escape, dot segment or empty
+    segment, which the router would read after decoding and normalising (``/a/../_neardup/health``,
+    ``%0A``). Any other request, and every request of an application without the catch-all,
+    goes aiohttp's way.
+    """
+
+    def __init__(self, app: web.Application) -> None:
+        self.app = app
+        route = app.get(CATCH_ALL)
+        self._match_info: UrlMappingMatchInfo | None = None
+        if route is not None:
+            # One for all these requests: it holds only the route and the application, and it
+            # is frozen; the one middleware that would change it (the current application)
+            # is not run on the short way.
+            self._match_info = UrlMappingMatchInfo({}, route)
+            self._match_info.add_app(app)
+            self._match_info.freeze()
+
+    async def handle(self, base: web.BaseRequest) -> web.StreamResponse:
+        request = cast(web.Request, base)   # the application's request factory makes them
+        match_info = self._match_info
+        path = request.raw_path.partition("?")[0]
+        if match_info is None or not _only_catch_all(path):
+            return await self.app._handle(request)
+        request._match_info = match_info
+        if request.headers.get("Expect"):   # as aiohttp: the route's expect handler first
+            response = await match_info.expect_handler(request)
+            await request.writer.drain()
+            if response is not None:
+                return response
+        return await observe(request, proxy_request)
+
+
+def _only_catch_all(path: str) -> bool:
+    """Whether the router can match ``path`` (a raw path) to nothing but the catch-all route."""
+    return path[:1] == "/" and not path.startswith("/_neardup") and "%" not in path \
+        and "/." not in path and "//" not in path
 
 
 def create_ops_app(main: web.Application) -> web.Application:

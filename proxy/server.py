@@ -36,7 +36,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
 from neardup.config import Config, split_host_port
-from neardup.proxy.app import create_app, create_ops_app
+from neardup.proxy.app import AppHandler, create_app, create_ops_app
 from neardup.proxy.transport import errors
 from neardup.proxy.transport.engine import ENGINE, Engine
 from neardup.proxy.transport.errors import error_response
@@ -179,7 +179,8 @@ class ElasticErrorRequestHandler(RequestHandler):
     def _engine(self) -> Engine | None:
         """The upstream's engine, from the application this connection serves (aiohttp's server
         holds the application's request handler, a bound method of it)."""
-        app = getattr(getattr(self._manager, "request_handler", None), "__self__", None)
+        owner = getattr(getattr(self._manager, "request_handler", None), "__self__", None)
+        app = owner.app if isinstance(owner, AppHandler) else owner
         return app.get(ENGINE) if isinstance(app, web.Application) else None
 
 
@@ -197,10 +198,12 @@ class ElasticErrorServer(web.Server):
 
 class ProxyRunner(web.AppRunner):
     """:class:`aiohttp.web.AppRunner` serving with :class:`ElasticErrorServer` when
-    :data:`ELASTIC_ERRORS` is on, else with aiohttp's own server."""
+    :data:`ELASTIC_ERRORS` is on, else with aiohttp's own server; requests go to
+    :class:`~neardup.proxy.app.AppHandler` (the catch-all route without the router)."""
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
+        server.request_handler = AppHandler(self.app).handle
         if ELASTIC_ERRORS and type(server) is web.Server:   # the same object, with the above
             server.__class__ = ElasticErrorServer
         return server

@@ -1,4 +1,5 @@
-"""``Metrics.answered``: the same series as ``inc`` and ``observe`` with the request's labels."""
+"""``Metrics.answered`` and ``Metrics.searched``: the same series as ``inc`` and ``observe`` with
+the request's labels."""
 
 from __future__ import annotations
 
@@ -12,5 +13,15 @@ def test_answered_is_inc_and_observe_with_the_route_and_status() -> None:
         ours.answered(route, status, seconds)
         labelled.inc("neardup_proxy_requests_total", route=route, status=str(status))
         labelled.observe(seconds, route=route)
+    assert ours.snapshot() == labelled.snapshot()
+    assert ours.render() == labelled.render()
+
+
+def test_searched_is_inc_with_the_outcome_and_its_reason() -> None:
+    ours, labelled = Metrics(), Metrics()
+    for outcome in ["collapsed", "passed:off", "passed:off", "passed:scroll", "fail_open", "collapsed"]:
+        ours.searched(outcome)
+        kind, _, reason = outcome.partition(":")
+        labelled.inc("neardup_proxy_searches_total", outcome=kind, reason=reason)
     assert ours.snapshot() == labelled.snapshot()
     assert ours.render() == labelled.render()

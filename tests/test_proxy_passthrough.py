@@ -19,7 +19,7 @@ from isal import isal_zlib
 from neardup.proxy.handlers.forward import BUFFERED_BODY_BYTES
 from neardup.proxy.transport import framing, http1_client
 from tests.faultproxy import Fault, FaultProxy, chunked_response, http_response
-from tests.reliability_support import fetch
+from tests.reliability_support import fetch, raw_exchange
 from tests.test_proxy_http1 import ScriptedServer, asynchronous, chunked, node, ok
 from tests.test_proxy_support import ProxyThread, make_config
 
@@ -211,3 +211,46 @@ def test_the_proxys_own_gzip_is_isal_level_1_and_decodes_to_the_same_bytes() -> 
     assert compressed[:3] == b"\x1f\x8b\x08" and compressed[4:8] == b"\0\0\0\0"   # deflate, mtime 0
     assert compressed == isal_zlib.compress(page, 1, wbits=31)
     assert len(compressed) < len(page) / 10
+
+
+# -- the catch-all route without the router ------------------------------------------------------
+@pytest.mark.parametrize("path", ["/i/_search?neardup=off", "/i/_doc/1", "/", "/_cat/indices?v"])
+def test_a_request_for_the_upstream_goes_upstream_once_and_is_counted(path: str) -> None:
+    with FaultProxy(fault=Fault("respond", response=http_response(200, b'{"ok":true}'))) as upstream, \
+            ProxyThread(make_config(upstream.url)) as proxy:
+        out = fetch(proxy.url, "GET", path)
+        seen = [r.head.split(b"\r\n", 1)[0] for r in upstream.seen]
+        requests = dict(proxy.metrics.counters["neardup_proxy_requests_total"])
+    sent = path.replace("neardup=off", "").rstrip("?")
+    assert out.status == 200 and out.body == b'{"ok":true}'
+    assert seen[-1] == f"GET {sent} HTTP/1.1".encode()
+    route = "search" if "_search" in path else "passthrough"
+    assert requests == {(("route", route), ("status", "200")): 1.0}
+
+
+@pytest.mark.parametrize(("path", "upstream_answers"), [
+    ("/_neardup/health", False), ("/_neardup/metrics", False),
+    # the router reads the path with its escapes decoded, dot segments kept
+    ("/x/../_neardup/health", True), ("/./_neardup/health", True),
+    ("/%5Fneardup/health", False)])   # escapes it decodes
+def test_only_an_ops_path_as_sent_is_answered_by_the_proxy(path: str, upstream_answers: bool) -> None:
+    with FaultProxy(fault=Fault("respond", response=http_response(200, b'{"upstream":true}'))) as upstream, \
+            ProxyThread(make_config(upstream.url)) as proxy:
+        before = len(upstream.seen)
+        out = fetch(proxy.url, "GET", path)
+        forwarded = [r.request_line for r in upstream.seen[before:] if "neardup" in r.request_line]
+    assert out.status in (200, 503)
+    assert forwarded == ([f"GET {path} HTTP/1.1"] if upstream_answers else [])
+    assert (out.body == b'{"upstream":true}') == upstream_answers
+
+
+def test_an_expect_100_continue_on_the_catch_all_gets_its_interim_answer_then_the_upstreams() -> None:
+    body = b'{"query":{"match_all":{}}}'
+    request = (b"POST /i/_search?neardup=off HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Expect: 100-continue\r\nContent-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n")
+    with FaultProxy(fault=Fault("respond", response=http_response(200, b'{"hits":{}}'))) as upstream, \
+            ProxyThread(make_config(upstream.url)) as proxy:
+        answer = raw_exchange(proxy.url, request + body)
+        sent = upstream.seen[-1]
+    assert answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 ")
+    assert answer.endswith(b'{"hits":{}}') and sent.body == body

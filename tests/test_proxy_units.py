@@ -15,6 +15,7 @@ from neardup.proxy.grouping import collapse
 from neardup.proxy.grouping.fingerprints import default_algorithms
 from neardup.proxy.handlers import filter_path
 from neardup.proxy.handlers.deep_pages import TooDeep, deeper, needs_more
+from neardup.proxy.handlers.dispatch import controls_of
 from neardup.proxy.handlers.params import Controls, parse_controls, resolve, split_query
 from neardup.proxy.handlers.result_window import smallest
 from neardup.proxy.handlers.routes import classify, index_of
@@ -490,3 +491,20 @@ def test_the_result_window_is_the_smallest_of_the_indices() -> None:
     assert smallest({"b": answer["b"], "c": answer["c"]}) == 10_000
     for unreadable in ({}, None, [], {"a": "x"}, {"a": {"settings": {"index.max_result_window": "many"}}}):
         assert smallest(unreadable) is None
+
+
+@pytest.mark.parametrize("query", ["", "neardup=off", "size=3&neardup=on&pretty", "neardup_threshold=0.5&q=a%20b",
+                                   "neardup_mode=tfidf&neardup_source=x"])
+@pytest.mark.parametrize("headers", [{}, {"Accept": "*/*"}, {"X-Neardup": "off"}, {"x-neardup-threshold": "0.9"},
+                                     {"X-Neardup-Mode": "containment", "X-Neardup-Fingerprint-Missing": "off"}])
+def test_controls_of_a_request_are_parse_controls_ones_remembered_or_not(query: str, headers: dict[str, str]) -> None:
+    expected, expected_query, _ = parse_controls(query, CIMultiDict(headers))
+    for _ in range(2):   # the second time from memory when no control header is given
+        assert controls_of(query, CIMultiDict(headers)) == (expected, expected_query)
+
+
+def test_an_invalid_control_is_refused_every_time() -> None:
+    for _ in range(2):
+        with pytest.raises(ProxyError) as refused:
+            controls_of("neardup=maybe", CIMultiDict())
+        assert refused.value.status == 400 and "neardup" in refused.value.reason

@@ -10,12 +10,24 @@ is switched off for the whole request, a write to an index of ``[enrich]`` gets 
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
+
 from aiohttp import web
 
 from neardup.proxy.handlers import collapsed_search, enriched_writes, source_check
 from neardup.proxy.handlers.context import OUTCOME, ROUTE, STATE
 from neardup.proxy.handlers.forward import forward
-from neardup.proxy.handlers.params import parse_controls, resolve
+from neardup.proxy.handlers.params import (
+    HEADER_MISSING,
+    HEADER_MODE,
+    HEADER_SOURCE,
+    HEADER_SWITCH,
+    HEADER_THRESHOLD,
+    Controls,
+    parse_controls,
+    resolve,
+)
 from neardup.proxy.handlers.routes import classify, index_of
 from neardup.proxy.handlers.write_routes import classify_write
 from neardup.proxy.transport import errors
@@ -33,13 +45,14 @@ async def proxy_request(request: web.Request) -> web.StreamResponse:
         raise refusal
     route = classify(request.method, raw_path)
     request[ROUTE] = route
-    controls, query, _ = parse_controls(raw_query, request.headers)
+    controls, query = controls_of(raw_query, request.headers)
     if route == "msearch":
         source_check.refuse_in_msearch(controls)   # neardup_source: _search only
     if route != "passthrough":
         if route == "search":
             settings = resolve(controls, state.config.collapse, index_of(raw_path), state.config.tfidf.threshold)
-            settings = await source_check.settings_for(state, request, raw_path, settings, controls)
+            if controls.source is not None:   # else the settings stay as they are
+                settings = await source_check.settings_for(state, request, raw_path, settings, controls)
             if settings.enabled:
                 return await collapsed_search.search(state, request, raw_path, query, settings)
         elif controls.enabled is not False:  # per-item settings: each search decides
@@ -48,3 +61,23 @@ async def proxy_request(request: web.Request) -> web.StreamResponse:
     elif state.config.enrich.indices and (write := classify_write(request.method, raw_path)) is not None:
         return await enriched_writes.write(state, request, raw_path, query, write)
     return await forward(request, raw_path, query)
+
+
+#: The control headers :func:`~neardup.proxy.handlers.params.parse_controls` reads.
+_CONTROL_HEADERS = (HEADER_SWITCH, HEADER_THRESHOLD, HEADER_MODE, HEADER_SOURCE, HEADER_MISSING)
+
+
+def controls_of(raw_query: str, headers: Mapping[str, str]) -> tuple[Controls, str]:
+    """:func:`~neardup.proxy.handlers.params.parse_controls`' controls and query; without control
+    headers they depend on the query string alone, and are remembered for the recent ones."""
+    for name in _CONTROL_HEADERS:
+        if name in headers:
+            controls, query, _ = parse_controls(raw_query, headers)
+            return controls, query
+    return _query_controls(raw_query)
+
+
+@functools.lru_cache(maxsize=256)
+def _query_controls(raw_query: str) -> tuple[Controls, str]:
+    controls, query, _ = parse_controls(raw_query, {})
+    return controls, query

@@ -43,8 +43,10 @@ class Metrics:
         self.in_flight = 0
         self.snapshot_dir = snapshot_dir
         self._last_snapshot = 0.0
-        #: the label keys of :meth:`answered`, by (route, status): made once, not per request
+        #: the label keys of :meth:`answered`, by (route, status), and of :meth:`searched`, by
+        #: outcome: made once, not per request
         self._answer_keys: dict[tuple[str, int], tuple[Labels, Labels]] = {}
+        self._outcome_keys: dict[str, Labels] = {}
 
     def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
         self.counters[name][tuple(sorted(labels.items()))] += amount
@@ -67,6 +69,16 @@ class Metrics:
                 tuple(sorted({"route": route, "status": str(status)}.items())), (("route", route),))
         self.counters["neardup_proxy_requests_total"][keys[0]] += 1.0
         self._observe_at(keys[1], seconds)
+
+    def searched(self, outcome: str) -> None:
+        """One search's outcome (``collapsed``, ``passed:<reason>``, ``fail_open``...):
+        ``neardup_proxy_searches_total`` by outcome and reason (the same series as :meth:`inc`
+        with those labels)."""
+        key = self._outcome_keys.get(outcome)
+        if key is None:
+            kind, _, reason = outcome.partition(":")
+            key = self._outcome_keys[outcome] = tuple(sorted({"outcome": kind, "reason": reason}.items()))
+        self.counters["neardup_proxy_searches_total"][key] += 1.0
 
     # -- multi-worker -------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
