@@ -16,6 +16,7 @@ names of the query parameters).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -26,6 +27,7 @@ from aiohttp import web
 from aiohttp.web_urldispatcher import AbstractRoute, UrlMappingMatchInfo
 
 from neardup.config import Config
+from neardup.logs import direct_handler, format_direct, write_direct
 from neardup.proxy.grouping.collapse import Algorithms
 from neardup.proxy.grouping.fingerprints import default_algorithms
 from neardup.proxy.handlers import missing_fingerprints, playground
@@ -174,20 +176,34 @@ def _body_bytes(response: web.StreamResponse) -> int:
 
 def _log_access(request: web.Request, response: web.StreamResponse, elapsed: float) -> None:
     raw_path, _, raw_query = request.raw_path.partition("?")
-    fields = {
-        "event": "access",
-        "http.request.method": request.method,
-        "url.path": raw_path,
-        "url.query_params": sorted({name for name, _, _ in split_query(raw_query)}),
-        "http.response.status_code": response.status,
-        "http.response.body.bytes": _body_bytes(response),
-        "event.duration_ms": round(elapsed * 1000, 3),
-        "neardup.route": request[ROUTE],
-        "neardup.outcome": request[OUTCOME],
-        "client.address": request.remote,
-    }
+
+    def fields() -> dict[str, object]:
+        return {
+            "event": "access",
+            "http.request.method": request.method,
+            "url.path": raw_path,
+            "url.query_params": list(_parameter_names(raw_query)),
+            "http.response.status_code": response.status,
+            "http.response.body.bytes": _body_bytes(response),
+            "event.duration_ms": round(elapsed * 1000, 3),
+            "neardup.route": request[ROUTE],
+            "neardup.outcome": request[OUTCOME],
+            "client.address": request.remote,
+        }
+
+    handler = direct_handler(access_log, logging.INFO)
+    if handler is not None:   # the line logging would write, without a LogRecord
+        message = f"{request.method} {raw_path} {response.status} {elapsed * 1000:.1f}ms {request[OUTCOME] or ''}"
+        if write_direct(handler, format_direct(handler, logging.INFO, access_log.name, message, fields)):
+            return
     access_log.info("%s %s %s %.1fms %s", request.method, raw_path, response.status,
-                    elapsed * 1000, request[OUTCOME] or "", extra={"fields": fields})
+                    elapsed * 1000, request[OUTCOME] or "", extra={"fields": fields()})
+
+
+@functools.lru_cache(maxsize=256)
+def _parameter_names(raw_query: str) -> tuple[str, ...]:
+    """The names of a query string's parameters, sorted, each once (the access log's)."""
+    return tuple(sorted({name for name, _, _ in split_query(raw_query)}))
 
 
 def create_app(config: Config, algorithms: Algorithms | None = None,

@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import io
+import json
+import logging
+import re
 
 import pytest
 from isal import isal_zlib
 
+from neardup.logs import TEXT_FORMAT, JsonFormatter, TextFormatter, direct_handler
 from neardup.proxy.handlers.forward import BUFFERED_BODY_BYTES
 from neardup.proxy.transport import framing, http1_client
 from tests.faultproxy import Fault, FaultProxy, chunked_response, http_response
@@ -254,3 +259,34 @@ def test_an_expect_100_continue_on_the_catch_all_gets_its_interim_answer_then_th
         sent = upstream.seen[-1]
     assert answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 ")
     assert answer.endswith(b'{"hits":{}}') and sent.body == body
+
+
+@pytest.mark.parametrize("json_lines", [False, True], ids=["text", "json"])
+def test_the_access_line_written_directly_is_the_configured_format(json_lines: bool) -> None:
+    access = logging.getLogger("neardup.proxy.access")
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter() if json_lines else TextFormatter(TEXT_FORMAT))
+    saved = access.handlers[:], access.propagate, access.level
+    access.handlers[:], access.propagate = [handler], False
+    access.setLevel(logging.INFO)
+    try:
+        assert direct_handler(access, logging.INFO) is handler   # the line goes the direct way
+        with FaultProxy(fault=Fault("respond", response=http_response(200, b'{"hits":{}}'))) as upstream, \
+                ProxyThread(make_config(upstream.url)) as proxy:
+            assert fetch(proxy.url, "GET", "/i/_search?neardup=off&q=secret").status == 200
+    finally:
+        access.handlers[:], access.propagate = saved[0], saved[1]
+        access.setLevel(saved[2])
+    line = stream.getvalue().splitlines()[-1]
+    if not json_lines:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO neardup.proxy.access: "
+                            r"GET /i/_search 200 \d+\.\dms passed:off", line)
+        return
+    entry = json.loads(line)
+    assert entry["log.level"] == "INFO" and entry["log.logger"] == "neardup.proxy.access"
+    assert re.fullmatch(r"GET /i/_search 200 \d+\.\dms passed:off", entry["message"])
+    assert entry["url.path"] == "/i/_search" and entry["url.query_params"] == ["neardup", "q"]
+    assert (entry["event"], entry["http.response.status_code"], entry["http.response.body.bytes"]) == ("access", 200, 11)
+    assert (entry["neardup.route"], entry["neardup.outcome"]) == ("search", "passed:off")
+    assert "secret" not in line
