@@ -50,11 +50,12 @@ async def proxy_request(request: web.Request) -> web.StreamResponse:
         source_check.refuse_in_msearch(controls)   # neardup_source: _search only
     if route != "passthrough":
         if route == "search":
-            settings = resolve(controls, state.config.collapse, index_of(raw_path), state.config.tfidf.threshold)
-            if controls.source is not None:   # else the settings stay as they are
-                settings = await source_check.settings_for(state, request, raw_path, settings, controls)
-            if settings.enabled:
-                return await collapsed_search.search(state, request, raw_path, query, settings)
+            if controls.enabled is not False or controls.source is not None:   # else off, as asked
+                settings = resolve(controls, state.config.collapse, index_of(raw_path), state.config.tfidf.threshold)
+                if controls.source is not None:   # else the settings stay as they are
+                    settings = await source_check.settings_for(state, request, raw_path, settings, controls)
+                if settings.enabled:
+                    return await collapsed_search.search(state, request, raw_path, query, settings)
         elif controls.enabled is not False:  # per-item settings: each search decides
             return await collapsed_search.msearch(state, request, raw_path, query, controls)
         request[OUTCOME] = "passed:off"
