@@ -10,7 +10,9 @@ The middleware turns every failure into an error body of the upstream's engine (
 traceback; :mod:`neardup.proxy.transport.engine`, learned on start-up or the first request),
 sheds load beyond ``proxy.max_in_flight``, records metrics and writes one structured access-log
 line per request, without credentials (no header values, no query values, only the path and the
-names of the query parameters).
+names of the query parameters). A request only the catch-all route can take skips aiohttp's
+router and middleware chain (:class:`AppHandler`): the same handler and middleware, called
+directly.
 """
 
 from __future__ import annotations
