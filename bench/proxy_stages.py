@@ -50,7 +50,8 @@ STAGES = (
     ("neardup.proxy.handlers.search_plan:Window", "add_round"), ("neardup.proxy.grouping.collapse", "group"),
     ("neardup.proxy.grouping.collapse", "_window_read"), ("neardup.proxy.grouping.fingerprints", "read_signatures"),
     ("neardup.proxy.grouping.fingerprints", "window_pairs"),
-    ("neardup.proxy.grouping.fingerprints", "similar_pairs"), ("neardup.proxy.grouping.fingerprints", "group_labels"),
+    ("neardup.proxy.grouping.fingerprints", "similar_pairs"), ("neardup.proxy.grouping.fingerprints", "window_labels"),
+    ("neardup.proxy.grouping.fingerprints", "group_labels"),
     ("neardup.proxy.handlers.collapsed_search", "annotate_page"), ("neardup.proxy.handlers.source_check", "finish"),
     ("neardup.proxy.grouping.collapse", "build_page"), ("neardup.proxy.handlers.exchange", "respond"),
     ("neardup.proxy.transport.jsonio", "dumps"),
@@ -132,6 +133,7 @@ def main() -> int:
     if not args.index:
         parser.error("--index is required")
     bench = _bench_proxy()
+    collapsed = bench.Target("collapsed", "proxy")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -149,10 +151,10 @@ def main() -> int:
                 time.sleep(0.1)
         url = f"http://127.0.0.1:{port}"
         texts = bench.queries(args.requests + 200, 1)
-        asyncio.run(bench.drive(url, args.index, texts[:200], args.size, 1))
+        asyncio.run(bench.drive(url, args.index, collapsed, texts[:200], args.size, 1))
         child.send_signal(signal.SIGUSR2)
         time.sleep(0.2)
-        result = asyncio.run(bench.drive(url, args.index, texts[200:], args.size, 1))
+        result = asyncio.run(bench.drive(url, args.index, collapsed, texts[200:], args.size, 1))
         child.send_signal(signal.SIGUSR1)
         child.wait(30)
     finally:

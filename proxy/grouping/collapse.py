@@ -209,19 +209,20 @@ def group(hits: Sequence[Any], channel: Channel, threshold: float, mode: Mode,
             i, j, _ = algorithms.similar_pairs(signatures, counts, threshold, mode)
     if len(fingerprinted) < 2 or not len(i):   # nothing to fold: every hit is its own group
         return [[position] for position in range(n)], len(fingerprinted)
-    local = np.asarray(algorithms.group_labels(len(fingerprinted), np.asarray(i), np.asarray(j)))
-    positions = np.arange(n, dtype=np.int64)
-    labels = positions.copy()
-    # Local label = smallest local member index; map it back to hit positions.
-    labels[fingerprinted] = fingerprinted[local]
-    # A label is its group's smallest position, so each group starts as [label] and the other
-    # members (few: the folded hits) are appended in rank order.
+    local = np.asarray(algorithms.group_labels(len(fingerprinted), np.asarray(i), np.asarray(j))).tolist()
+    # A label (local label: the smallest local member index, mapped back to a position) is its
+    # group's smallest position, so each group starts as [label] and the other members (few:
+    # the folded hits) are appended in rank order, ``fingerprinted`` being ascending. On lists:
+    # for a window of tens of hits, NumPy's cost per call would be most of the work.
     members = [[position] for position in range(n)]
-    is_first = labels == positions
-    folded = np.flatnonzero(~is_first)
-    for position, label in zip(folded.tolist(), labels[folded].tolist()):
-        members[label].append(position)
-    return [members[label] for label in np.flatnonzero(is_first).tolist()], len(fingerprinted)
+    first = [True] * n
+    rows = np.asarray(fingerprinted).tolist()
+    for row, position in enumerate(rows):
+        label = rows[local[row]]
+        if label != position:
+            members[label].append(position)
+            first[position] = False
+    return [group for group, is_first in zip(members, first) if is_first], len(rows)
 
 
 def group_key(hit: dict[str, Any]) -> str:

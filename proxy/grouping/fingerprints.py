@@ -15,6 +15,10 @@ window. Otherwise the candidates are the pairs with an equal key in some band (o
 over the window's m² pairs), each verified on all K slots: exactly the pairs, order and
 estimates of :func:`neardup.fingerprint.similar_pairs`, which larger windows and lower thresholds
 go to.
+
+Groups of a window's few pairs (:func:`window_labels`): union-find on Python integers, each root
+the smallest index of its component (the smaller root wins a union), the same labels as
+:func:`neardup.fingerprint.group_labels`, which many pairs go to.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from neardup.proxy.grouping.collapse import Algorithms
 #: beyond, its m² comparisons, or the key collisions of a low threshold, cost more than
 #: :func:`neardup.fingerprint.similar_pairs`' sorted band keys.
 WINDOW_ROWS, WINDOW_BANDS = 32, 24
+#: Most pairs :func:`window_labels` joins itself: beyond, NumPy's label propagation costs less.
+WINDOW_PAIRS = 256
 _GOLDEN = 0x9E3779B97F4A7C15
 
 
@@ -71,7 +77,7 @@ def window_pairs(signatures: np.ndarray, counts: np.ndarray, threshold: float,
     lo, hi = np.nonzero((keys[:, None, :] == keys[None, :, :]).any(axis=2))
     upper = lo < hi                      # row-major: sorted by (lo, hi)
     lo, hi = lo[upper], hi[upper]
-    equal = np.count_nonzero(sig[lo] == sig[hi], axis=1)
+    equal = (sig[lo] == sig[hi]).sum(axis=1)   # count_nonzero(axis=) costs more for a few rows
     keep = equal >= need
     lo, hi = lo[keep], hi[keep]
     if rows is not None:
@@ -79,9 +85,34 @@ def window_pairs(signatures: np.ndarray, counts: np.ndarray, threshold: float,
     return lo.astype(np.int64, copy=False), hi.astype(np.int64, copy=False), equal[keep] / k
 
 
+def window_labels(n: int, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """:func:`neardup.fingerprint.group_labels`, the same labels, by union-find (see the module)."""
+    if type(i) is not np.ndarray or type(j) is not np.ndarray or i.dtype != np.int64 or j.dtype != np.int64 \
+            or i.shape != j.shape or i.ndim != 1 \
+            or len(i) > WINDOW_PAIRS:
+        return group_labels(n, i, j)
+    lo, hi = i.tolist(), j.tolist()
+    if lo and (min(lo) < 0 or min(hi) < 0 or max(max(lo), max(hi)) >= n):
+        return group_labels(n, i, j)   # it says what is wrong
+    parent = list(range(n))
+
+    def root(node: int) -> int:
+        while parent[node] != node:
+            parent[node] = node = parent[parent[node]]
+        return node
+
+    for a, b in zip(lo, hi):
+        a, b = root(a), root(b)
+        if a < b:
+            parent[b] = a
+        elif b < a:
+            parent[a] = b
+    return np.array([root(node) for node in range(n)], dtype=np.int64)
+
+
 def default_algorithms(params: FingerprintParams, tfidf_version: str = "") -> Algorithms:
     """``tfidf_version``: the TF-IDF version (``neardup.tfidf_config.tfidf_version_of``) whose vectors
     ``neardup_mode=tfidf`` compares; empty: none (no hit is grouped in that mode)."""
     read = partial(read_signatures, version=scheme_version(params), num_perm=params.num_perm)
-    return Algorithms(read=read, similar_pairs=window_pairs, group_labels=group_labels,
+    return Algorithms(read=read, similar_pairs=window_pairs, group_labels=window_labels,
                       tfidf_version=tfidf_version)

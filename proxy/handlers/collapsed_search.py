@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 from aiohttp import web
@@ -122,11 +123,12 @@ async def _collapse_one(state: ProxyState, incoming: Incoming, plan: Plan) -> we
     first_headers = None
     while True:
         halves = _halves(state, offset, count)
-        fetches = [exchange.fetch(state, incoming, incoming.raw_path + ("?" + qs if qs else ""), headers, jsonio.dumps(body))
+        fetches = [_read_round(exchange.fetch(state, incoming, incoming.raw_path + ("?" + qs if qs else ""), headers,
+                                              jsonio.dumps(body)))
                    for qs, body in (round_request(plan, start, size) for start, size in halves)]
         rounds = [await fetches[0]] if len(fetches) == 1 else await _together(fetches)
         took_before, took = window.took, 0
-        for (start, size), (status, upstream_headers, raw) in zip(halves, rounds):
+        for (start, size), (status, upstream_headers, raw, read) in zip(halves, rounds):
             if status != 200:
                 if start == 0:
                     return await _refused(incoming, status, upstream_headers, raw)
@@ -134,7 +136,9 @@ async def _collapse_one(state: ProxyState, incoming: Incoming, plan: Plan) -> we
             first_headers = first_headers or upstream_headers
             before = window.took
             try:
-                window.add_round(rawjson.loads_search(raw), size)
+                if isinstance(read, ValueError):
+                    raise read
+                window.add_round(read, size)
             except ValueError as exc:
                 raise exchange.FailOpen(str(exc)) from None
             took = max(took, window.took - before)
@@ -166,14 +170,27 @@ def _halves(state: ProxyState, offset: int, count: int) -> list[tuple[int, int]]
     return [(0, first), (first, count - first)]
 
 
-async def _together(fetches: list[Any]) -> list[tuple[int, Any, bytes]]:
+async def _read_round(fetch: Awaitable[tuple[int, Any, bytes]]) -> tuple[int, Any, bytes, Any]:
+    """A round's (status, headers, body) and its body read by :func:`rawjson.loads_search` when
+    the status is 200 (else None), the ``ValueError`` it raised in its place: the halves of a
+    split round are each read as soon as they come, one while the other is still on its way."""
+    status, headers, raw = await fetch
+    if status != 200:
+        return status, headers, raw, None
+    try:
+        return status, headers, raw, rawjson.loads_search(raw)
+    except ValueError as exc:
+        return status, headers, raw, exc
+
+
+async def _together(fetches: list[Any]) -> list[Any]:
     """Run the fetches at once; every one finishes (no request left running unobserved), and
     the first failure, in the order given, is raised."""
     results = await asyncio.gather(*fetches, return_exceptions=True)
     for result in results:
         if isinstance(result, BaseException):
             raise result
-    return results  # type: ignore[return-value]
+    return results
 
 
 async def _refused(incoming: Incoming, status: int, upstream_headers: Any,

@@ -95,8 +95,11 @@ async def _fill(state: ProxyState, incoming: Incoming, plan: Plan, hits: collaps
     """Compute the fingerprints of the hits not looked at yet that grouping could not use;
     whether any was found."""
     read = collapse.window_signatures(hits, plan.channel, state.algorithms.read)
-    usable = set(read[0].tolist()) if read is not None else set()
-    missing = [p for p in range(hits.looked_up, len(hits)) if p not in usable]
+    if read is not None and len(read[0]) == len(hits):   # every hit has one (the usual window)
+        missing = []
+    else:
+        usable = set(read[0].tolist()) if read is not None else set()
+        missing = [p for p in range(hits.looked_up, len(hits)) if p not in usable]
     hits.looked_up = len(hits)
     if not missing:
         return False
