@@ -5,7 +5,9 @@ sizes (memory must not grow with the index size).
 
 For each size (Reuters ×1, ×4 by default: copies of every story under new ids) and each write
 shape (``--shapes``: ``partial``, partial updates only; ``whole``, whole-document writes where
-the index allows them, the default of ``neardup index``) it loads a fresh index, runs ``python
+the index allows them, the default of ``neardup index``; either with ``-earlier`` on an index
+mapped as neardup mapped ``super`` and ``mega`` before, plain ``keyword`` with doc values, the
+other ones get the mapping ``neardup index`` puts) it loads a fresh index, runs ``python
 -m neardup index --json`` as a subprocess exactly as a user would (``partial`` through this
 script, which runs the same command with ``IndexOptions.whole_documents`` off), samples the peak
 resident memory (``VmHWM`` of /proc/PID/status) of the job's parent and each worker process
@@ -22,7 +24,7 @@ every 0.1 s, and prints:
 Usage::
 
     .venv/bin/python bench/indexer.py [--es-url URL] [--copies 1 4] [--workers 2] [--batch-size 500]
-                                      [--shapes partial whole]
+                                      [--shapes partial-earlier whole partial whole-earlier]
 
 The Elasticsearch URL defaults to ``$NEARDUP_TEST_ES_URL``, else http://127.0.0.1:9299. The indices
 are named ``bench-indexer-*`` and deleted afterwards.
@@ -47,11 +49,22 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from neardup.corpora import reuters_documents  # noqa: E402
+from neardup.fingerprint import FIELD, es_mapping  # noqa: E402
+
+#: The ``neardup`` sub-fields as neardup mapped them before ``super`` and ``mega`` were indexed less.
+EARLIER_PROPERTIES = {"super": {"type": "keyword"}, "mega": {"type": "keyword"}}
+SHAPES = ["partial", "whole", "partial-earlier", "whole-earlier"]
 
 
-def load_copies(es: Elasticsearch, index: str, docs: list[dict[str, Any]], copies: int) -> int:
+def load_copies(es: Elasticsearch, index: str, docs: list[dict[str, Any]], copies: int,
+                earlier: bool = False) -> int:
+    """A fresh index of ``copies`` × ``docs``; ``earlier``: with the earlier ``neardup`` mapping."""
+    mappings = es_mapping()
+    if earlier:
+        mappings["properties"][FIELD]["properties"].update(EARLIER_PROPERTIES)
     es.indices.create(index=index, settings={"number_of_shards": 2, "number_of_replicas": 0,
-                                             "refresh_interval": "-1"})
+                                             "refresh_interval": "-1"},
+                      mappings=mappings if earlier else None)
     actions = ({"_index": index, "_id": f"{copy}-{doc['id']}", "_source": {**doc, "id": f"{copy}-{doc['id']}"}}
                for copy in range(copies) for doc in docs)
     loaded = 0
@@ -88,7 +101,7 @@ def run_job(es_url: str, index: str, workers: int, batch_size: int, shape: str =
     env = {k: v for k, v in os.environ.items() if not (k.startswith("NEARDUP_") and "__" in k)}
     env.update(NEARDUP_UPSTREAM__URLS=es_url, NEARDUP_LOGGING__LEVEL="WARNING",
                PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
-    runner = ["-m", "neardup"] if shape == "whole" else [str(Path(__file__).resolve()), "--run-partial"]
+    runner = ["-m", "neardup"] if shape.startswith("whole") else [str(Path(__file__).resolve()), "--run-partial"]
     command = [sys.executable, *runner, "index", "--index", index, "--json",
                "--workers", str(workers), "--batch-size", str(batch_size)]
     started = time.perf_counter()
@@ -140,9 +153,10 @@ def main() -> int:
                         help="corpus sizes as multiples of Reuters-21578 (default: 1 4)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default: 2)")
     parser.add_argument("--batch-size", type=int, default=500, help="page and bulk size (default: 500)")
-    parser.add_argument("--shapes", nargs="+", choices=["partial", "whole"], default=["partial", "whole", "whole", "partial"],
+    parser.add_argument("--shapes", nargs="+", choices=SHAPES,
+                        default=["partial-earlier", "whole", "partial", "whole-earlier", "whole", "partial-earlier"],
                         help="write shapes to compare, in this order, each on a fresh copy of the same index "
-                             "(default: partial whole whole partial)")
+                             "(default: partial-earlier whole partial whole-earlier whole partial-earlier)")
     parser.add_argument("--warm-up", type=int, default=2000,
                         help="stories enriched with each shape first, not counted (the node's JIT warms up)")
     args = parser.parse_args()
@@ -151,13 +165,13 @@ def main() -> int:
     docs = list(reuters_documents())
     print(f"Elasticsearch {args.es_url}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
           f"workers={args.workers}, batch={args.batch_size}, Reuters-21578: {len(docs)} stories")
-    header = (f"{'shape':>7} {'docs':>8} {'wall s':>7} {'docs/s':>7} {'fp s':>7} {'read s':>7} {'write s':>8} "
+    header = (f"{'shape':>15} {'docs':>8} {'wall s':>7} {'docs/s':>7} {'fp s':>7} {'read s':>7} {'write s':>8} "
               f"{'fp share':>8} {'ES ms/doc':>9} {'parent MB':>9} {'worker MB':>9}")
     if args.warm_up:
         for shape in sorted(set(args.shapes)):
             index = f"bench-indexer-warm-up-{shape}-{uuid.uuid4().hex[:6]}"
             try:
-                load_copies(es, index, docs[:args.warm_up], 1)
+                load_copies(es, index, docs[:args.warm_up], 1, shape.endswith("-earlier"))
                 run_job(args.es_url, index, args.workers, args.batch_size, shape)
             finally:
                 es.options(ignore_status=404).indices.delete(index=index)
@@ -166,7 +180,7 @@ def main() -> int:
         for shape in args.shapes:
             index = f"bench-indexer-{copies}x-{shape}-{uuid.uuid4().hex[:6]}"
             try:
-                count = load_copies(es, index, docs, copies)
+                count = load_copies(es, index, docs, copies, shape.endswith("-earlier"))
                 time.sleep(5)  # let the merges of the load end before the CPU is counted
                 cpu_before = es_cpu_millis(es)
                 result = run_job(args.es_url, index, args.workers, args.batch_size, shape)
@@ -176,7 +190,7 @@ def main() -> int:
             s = result["summary"]
             busy = s["fingerprint_seconds"] + s["read_seconds"] + s["write_seconds"]
             written = max(1, s["updated"])
-            row = (f"{shape:>7} {count:>8} {result['wall']:>7.1f} {s['read'] / result['wall']:>7.0f} "
+            row = (f"{shape:>15} {count:>8} {result['wall']:>7.1f} {s['read'] / result['wall']:>7.0f} "
                    f"{s['fingerprint_seconds']:>7.1f} {s['read_seconds']:>7.1f} {s['write_seconds']:>8.1f} "
                    f"{100 * s['fingerprint_seconds'] / busy:>7.0f}% {cpu / written:>9.3f} "
                    f"{result['peak_parent_mb']:>9.0f} {result['peak_worker_mb']:>9.0f}")

@@ -1,11 +1,10 @@
 """Finding the near-duplicates of a fingerprint: candidates by shared keys, verified by signature.
 
-Candidates are documents sharing at least one supershingle or megashingle (the keyword
-values ``neardup.super`` / ``neardup.mega``) with the fingerprint. A supershingle is a hash
-of ``rows`` minhashes, so two documents of resemblance ``s`` share a given one with
-probability ``s^rows``, and at least one of ``groups`` with ``1 - (1 - s^rows)^groups``; a
-megashingle (a pair of supershingles) is the rarer, more specific key. Each candidate is then
-verified with its signature:
+Candidates are documents sharing at least one supershingle or megashingle with the
+fingerprint. A supershingle is a hash of ``rows`` minhashes, so two documents of resemblance
+``s`` share a given one with probability ``s^rows``, and at least one of ``groups`` with
+``1 - (1 - s^rows)^groups``; a megashingle (a hash of a pair of supershingles) is the rarer,
+more specific key. Each candidate is then verified with its signature:
 
 * resemblance: ``Ĵ(a, b)`` = share of equal minhash slots;
 * containment: ``max(Ĉ(a in b), Ĉ(b in a))`` (one text is, for the most part, inside the other).
@@ -13,9 +12,13 @@ verified with its signature:
 A candidate is a duplicate when the estimate is ``>= threshold`` (and > 0). Empty
 fingerprints (no words) have no keys and never match.
 
-In Elasticsearch, the candidate query ranks by the number of shared keys (each key is a
-``constant_score`` clause worth 1), so the most likely duplicates come first when a cap on
-candidates applies. Within one ``neardup load`` run (or one ``_bulk`` request through the
+In Elasticsearch, the candidate query asks for the supershingles only (``term`` queries on
+``neardup.super``, which is indexed; ``neardup.mega`` is not): two documents sharing a
+megashingle share both of its supershingles (but for a 64-bit hash collision), so the
+documents sharing any key are the documents sharing a supershingle. It ranks by the number of
+shared supershingles ``k`` (each is a ``constant_score`` clause worth 1), so the most likely
+duplicates come first when a cap on candidates applies: the same order as counting the shared
+keys, ``k + k(k-1)/2``, which grows with ``k``. Within one ``neardup load`` run (or one ``_bulk`` request through the
 proxy), :class:`RunIndex` keeps the fingerprints written so far in memory, keyed the same way.
 
 The decision is shared by ``neardup load --on-duplicate`` and the proxy's enriched writes
@@ -107,11 +110,9 @@ def duplicate_reason(match: Match) -> str:
 # --- candidates in Elasticsearch ------------------------------------------------------------------
 
 def candidate_query(source: dict[str, Any], version: str, exclude_id: str | None = None) -> dict[str, Any]:
-    """Documents of the same scheme sharing a supershingle or megashingle with ``source``."""
+    """Documents of the same scheme sharing a supershingle (and so any key) with ``source``."""
     should = [{"constant_score": {"filter": {"term": {f"{FIELD}.super": v}}, "boost": 1.0}}
               for v in source.get("super", [])]
-    should += [{"constant_score": {"filter": {"term": {f"{FIELD}.mega": v}}, "boost": 1.0}}
-               for v in source.get("mega", [])]
     query: dict[str, Any] = {"filter": [{"term": {f"{FIELD}.v": version}}],
                              "should": should, "minimum_should_match": 1}
     if exclude_id is not None:

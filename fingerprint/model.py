@@ -13,8 +13,12 @@ signature of all ``2^64 - 1`` and **no** supershingles or megashingles (empty li
 shares no term with anything and every similarity with it is 0.
 
 ``sig`` is stored as ``binary`` (not indexed, no doc values: it is only read back in
-``_source``); ``super`` and ``mega`` as ``keyword`` arrays, so candidate near-duplicates can be
-found with a ``terms`` query; ``v`` as ``keyword`` to find stale documents.
+``_source``); ``super`` as an indexed ``keyword`` array without doc values, so candidate
+near-duplicates can be found with ``term`` queries (nothing sorts or aggregates on it);
+``mega`` as a ``keyword`` that is neither indexed nor has doc values: a document sharing a
+megashingle shares its two supershingles, so the candidate query needs the supershingles only
+(:mod:`neardup.fingerprint.matching`), and megashingles are only read back in ``_source``;
+``v`` as ``keyword`` to find stale documents.
 """
 
 from __future__ import annotations
@@ -58,8 +62,8 @@ def es_mapping() -> dict[str, Any]:
                     "v": {"type": "keyword"},
                     "sig": {"type": "binary", "doc_values": False},  # binary is never indexed
                     "n": {"type": "integer"},
-                    "super": {"type": "keyword"},
-                    "mega": {"type": "keyword"},
+                    "super": {"type": "keyword", "doc_values": False},
+                    "mega": {"type": "keyword", "index": False, "doc_values": False},
                 }
             }
         }

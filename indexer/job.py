@@ -8,8 +8,9 @@ Worker process (one per Elasticsearch slice, see :mod:`neardup.indexer.query`): 
 own :class:`~neardup.fingerprint.Fingerprinter`, its own point in time. It counts its slice (for
 the ETA) and the documents left out as already current, then reads pages with
 ``search_after``, fingerprints them and writes them back conditionally: whole documents where
-the index stores ``_source`` as sent, partial updates elsewhere (:mod:`neardup.indexer.writer`).
-It reports counters to the parent after every page, stops after the page in hand when asked to
+the index stores ``_source`` as sent, partial updates elsewhere, in bulk requests gathered over
+pages (:meth:`~neardup.indexer.writer.BulkUpdater.queue`). It reports counters to the parent
+after every page, stops after the page in hand (writing what it gathered) when asked to
 (Ctrl-C, another worker failed) and stops at once when the parent is gone (the job was killed:
 nothing is left running).
 
@@ -55,7 +56,7 @@ from neardup.indexer.stats import JobStats
 from neardup.indexer.tfidf_vectors import TfidfEnricher, make_enricher, neardup_of, source_texts, tf_properties
 from neardup.indexer.watermark import WINDOW_TYPES
 from neardup.indexer.wholedoc import whole_document_indices
-from neardup.indexer.writer import BulkUpdater, refresh_written
+from neardup.indexer.writer import WRITE_PAGES, BulkUpdater, refresh_written
 from neardup.upstream import ClusterInfo, check_upstream
 
 log = logging.getLogger(__name__)
@@ -249,7 +250,8 @@ def run_slice(config: Config, options: IndexOptions, spec: SliceSpec, version: s
     updater = BulkUpdater(client, retrier, fingerprint_function(options.fields, fingerprinter, tfidf),
                           tuple(options.fields) + STORED_PATHS, config.indexer.max_retries, stats, seeder,
                           whole_indices=(whole_document_indices(client, retrier, options.index)
-                                         if options.whole_documents else frozenset()))
+                                         if options.whole_documents else frozenset()),
+                          write_batch=options.batch_size * WRITE_PAGES)
     reader.whole_sources = bool(updater.whole_indices)
     reported = JobStats()
 
@@ -274,12 +276,12 @@ def run_slice(config: Config, options: IndexOptions, spec: SliceSpec, version: s
                 started = time.perf_counter()
                 stats.tfidf_counted += count_page(tfidf, hits, options.fields)
                 stats.tfidf_seconds += time.perf_counter() - started
-            pending = [p for p in (updater.pending_from_hit(hit) for hit in hits) if p is not None]
-            updater.write(pending)
-            report_progress()
+            updater.queue([p for p in (updater.pending_from_hit(hit) for hit in hits) if p is not None])
             if stop.is_set() or os.getppid() != parent_pid:
                 break
+            report_progress()
             started = time.perf_counter()
+        updater.flush()
         return stats
     finally:
         report_progress()  # also what a page cut short by an error got done

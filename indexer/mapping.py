@@ -11,7 +11,13 @@ What counts as a conflict (the job would write values the cluster cannot store o
   object with ``enabled: false``;
 * a wanted sub-field mapped with another type, or with another value of a parameter the
   wanted definition sets (``doc_values``, ``index`` ...);
-* a keyword sub-field that is not indexed or whose ``ignore_above`` would drop our values.
+* a keyword sub-field that is not indexed (but ``mega``, never queried) or whose
+  ``ignore_above`` would drop our values.
+
+What neardup turns off to index less (:data:`SAVINGS`: ``doc_values`` of ``super``, ``index``
+and ``doc_values`` of ``mega``) may still be on in an index mapped before: that is no conflict
+(the same values are stored and found, at a higher indexing cost; a field's ``index`` or
+``doc_values`` cannot be changed in place), and the job writes to such an index as before.
 
 Extra sub-fields (``neardup.cluster`` of a later feature) are left alone. ``dynamic: strict``
 does not get in the way: the fields are added explicitly with the put-mapping API.
@@ -32,6 +38,9 @@ from neardup.indexer.retry import Retrier
 
 #: Shortest ``ignore_above`` that keeps every value we store in a keyword sub-field.
 MIN_IGNORE_ABOVE = 64
+
+#: Parameters neardup sets to ``false`` on a sub-field, which an earlier mapping may have ``true``.
+SAVINGS: dict[str, frozenset[str]] = {"super": frozenset({"doc_values"}), "mega": frozenset({"index", "doc_values"})}
 
 TEXT_TYPES = frozenset({"text", "keyword", "match_only_text", "wildcard", "constant_keyword",
                         "search_as_you_type", "semantic_text", "annotated_text"})
@@ -73,11 +82,15 @@ def field_conflicts(name: str, existing: Mapping[str, Any], wanted: Mapping[str,
     if existing.get("type", "object") != wanted.get("type", "object"):
         return [f"{FIELD}.{name} is mapped as {existing.get('type', 'object')!r}, "
                 f"neardup needs {wanted.get('type', 'object')!r}"]
+    optional = SAVINGS.get(name, frozenset())
     for param, value in wanted.items():
+        if param in optional and _same(value, False):
+            continue
         if param != "type" and param in existing and not _same(existing[param], value):
             problems.append(f"{FIELD}.{name} has {param}={existing[param]!r}, neardup needs {value!r}")
-    if wanted.get("type") == "keyword":
-        if not _same(existing.get("index", True), True):
+    indexed = _same(existing.get("index", True), True)
+    if wanted.get("type") == "keyword" and (indexed or _same(wanted.get("index", True), True)):
+        if not indexed:
             problems.append(f"{FIELD}.{name} is not indexed; neardup looks its values up")
         ignore_above = existing.get("ignore_above")
         if isinstance(ignore_above, int) and ignore_above < MIN_IGNORE_ABOVE:

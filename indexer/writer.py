@@ -39,13 +39,10 @@ Per item of the bulk answer:
 * anything else: failed, with Elasticsearch's error type and reason.
 
 A bulk request holds at most :data:`MAX_BULK_BYTES` of documents (a page of large documents
-is sent in several).
-
-If the whole bulk request is retried after a timeout although it was applied, its items
-come back as conflicts, are re-read and end as ``noop``: still correct. An item sent with a
-seed that ends in a conflict or a failure may hold that seed (from the applied attempt): it is
-covered by the check after the acknowledgement like the seeds written
-(:meth:`~neardup.indexer.cluster.seeds.Seeder.confirm`).
+is sent in several). The batch job gathers the writes of :data:`WRITE_PAGES` pages into one
+request (:meth:`BulkUpdater.queue`, up to :data:`MAX_BULK_BYTES`): the index's periodic
+refresh then finds new documents less often and cuts fewer, larger segments, which the
+cluster writes and merges again with less CPU per document.
 """
 
 from __future__ import annotations
@@ -53,7 +50,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from neardup.fingerprint import FIELD
@@ -74,6 +71,8 @@ FingerprintSource = Callable[[Mapping[str, Any]], tuple[Outcome, dict[str, Any] 
 
 #: Most bytes of documents in one bulk request (a larger page is sent in several).
 MAX_BULK_BYTES = 8 << 20
+#: Pages of documents the batch job gathers into one bulk request (:meth:`BulkUpdater.queue`).
+WRITE_PAGES = 4
 #: What a partial update's lines count towards :data:`MAX_BULK_BYTES`.
 _UPDATE_BYTES = 512
 
@@ -189,6 +188,10 @@ class BulkUpdater:
     #: the indices written with whole-document writes (:mod:`neardup.indexer.wholedoc`): their
     #: documents are read whole (``_source`` unfiltered, with its bytes)
     whole_indices: frozenset[str] = frozenset()
+    #: documents :meth:`queue` gathers before it writes them
+    write_batch: int = 1
+    _queued: list[Pending] = field(default_factory=list)
+    _queued_bytes: int = 0
 
     def pending_from_hit(self, hit: Mapping[str, Any], **counters: int) -> Pending | None:
         """Fingerprint a search hit (or a real-time get); ``None`` if it gets no fingerprint."""
@@ -203,6 +206,19 @@ class BulkUpdater:
         if raw is not None:
             return Pending.of(hit, neardup, raw=raw, source=source, **counters)
         return Pending.of(hit, neardup, **counters)
+
+    def queue(self, pending: Sequence[Pending]) -> None:
+        """Gather ``pending`` with the writes queued before; write them all once they hold
+        ``write_batch`` documents or :data:`MAX_BULK_BYTES` (:meth:`flush` writes the rest)."""
+        self._queued.extend(pending)
+        self._queued_bytes += sum(item.size() for item in pending)
+        if len(self._queued) >= self.write_batch or self._queued_bytes >= MAX_BULK_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what :meth:`queue` gathered."""
+        queued, self._queued, self._queued_bytes = self._queued, [], 0
+        self.write(queued)
 
     def write(self, pending: list[Pending]) -> None:
         """Send the writes until each one is settled (updated, unchanged, deleted or failed)."""

@@ -27,8 +27,8 @@ def test_field_and_mapping() -> None:
         "v": {"type": "keyword"},
         "sig": {"type": "binary", "doc_values": False},
         "n": {"type": "integer"},
-        "super": {"type": "keyword"},
-        "mega": {"type": "keyword"},
+        "super": {"type": "keyword", "doc_values": False},
+        "mega": {"type": "keyword", "index": False, "doc_values": False},
     }}}}
 
 

@@ -137,7 +137,7 @@ def test_index_enriches_counts_skips_and_leaves_the_rest_unchanged(es, es_url, n
     assert docs["keep-extra"]["_source"][FIELD]["note"] == 42
 
     mapping = es.indices.get_mapping(index=name)[name]["mappings"]["properties"][FIELD]["properties"]
-    assert mapping["super"] == {"type": "keyword"} and mapping["sig"]["type"] == "binary"
+    assert mapping["super"] == {"type": "keyword", "doc_values": False} and mapping["sig"]["type"] == "binary"
 
 
 def test_second_run_reads_nothing_and_force_rewrites_nothing(es, es_url, new_index):

@@ -127,7 +127,8 @@ def test_load_creates_the_index_and_stores_lines_byte_for_byte(es, es_url, index
     assert got[FIELD] == with_seed(fp.fingerprint_fields([stories[1]["title"], stories[1]["body"]]).to_source(),
                                    stories[1]["id"])
     mapping = es.indices.get_mapping(index=index_name)[index_name]["mappings"]["properties"][FIELD]
-    assert mapping["properties"]["mega"] == {"type": "keyword"}
+    assert mapping["properties"]["super"] == {"type": "keyword", "doc_values": False}
+    assert mapping["properties"]["mega"] == {"type": "keyword", "index": False, "doc_values": False}
 
 
 def test_load_refreshes_what_it_wrote_unless_told_not_to(es, es_url, index_name, tmp_path, stories):

@@ -290,3 +290,25 @@ def test_a_page_of_large_documents_is_written_in_several_requests(es, es_url, ne
         source = es.get(index=name, id=doc_id)["_source"]
         assert {k: v for k, v in source.items() if k != FIELD} == doc
         assert source[FIELD] == fp.fingerprint_fields([doc["title"], doc["body"]]).to_source()
+
+
+def test_queued_writes_are_sent_together_once_a_batch_is_gathered(monkeypatch):
+    updater = writer.BulkUpdater(client=None, retrier=None, fingerprint_source=lambda s: ("ok", None),  # type: ignore[arg-type]
+                                 source_fields=FIELDS, max_retries=1, stats=None, write_batch=5)  # type: ignore[arg-type]
+    sent: list[list[str]] = []
+    monkeypatch.setattr(updater, "write", lambda pending: sent.append([p.id for p in pending]))
+
+    def page(*ids: str) -> list[Pending]:
+        return [Pending(index="i", id=i, routing=None, seq_no=1, primary_term=1, neardup={}) for i in ids]
+
+    updater.queue(page("a", "b", "c"))
+    assert sent == []
+    updater.queue(page("d", "e", "f"))
+    assert sent == [["a", "b", "c", "d", "e", "f"]]
+    updater.queue(page("g"))
+    updater.flush()
+    assert sent[1:] == [["g"]]
+    big = page("large")
+    big[0].raw = b"x" * writer.MAX_BULK_BYTES
+    updater.queue(big)
+    assert sent[2:] == [["large"]]
