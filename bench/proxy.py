@@ -2,7 +2,7 @@
 """Throughput, latency and CPU of the collapsing proxy against direct Elasticsearch and references.
 
     .venv/bin/python bench/proxy.py --es http://127.0.0.1:9200 [--index NAME] [--requests N]
-                                    [--workers N] [--pin] [--results docs/benchmarks.md]
+                                    [--workers N] [--pin] [--baseline TREE] [--results docs/benchmarks.md]
 
 1. **Corpus.** Reuters-21578 loaded into a fresh index and enriched by ``neardup index``
    (or an existing enriched index given with ``--index``).
@@ -20,7 +20,9 @@
    collapsing (and compressing its own answer). Requests per second, p50 and p99 latency.
    With ``--pin`` Elasticsearch and the load generator run on CPU 0 and the proxies on CPU 1:
    the proxy on a core of its own, as on a host of its own, so it takes no CPU from
-   Elasticsearch (the section ``## Proxy on a core of its own``).
+   Elasticsearch (the section ``## Proxy on a core of its own``). With ``--baseline TREE`` a
+   second ``neardup proxy``, run from another checkout (``git worktree add TREE REV``), is
+   driven beside the first (:data:`BASELINE_TARGETS`): a change's before and after in one run.
 4. **CPU.** utime+stime of the proxy process serving each target (nginx: its master and worker)
    and of the Elasticsearch process (``/proc/<pid>/stat``; the node's pid from
    ``GET _nodes/_local/process``) over each run, divided by the number of requests. The load
@@ -101,16 +103,16 @@ def load_reuters(es: Elasticsearch, es_url: str) -> str:
     return name
 
 
-def start_proxy(es_url: str, workers: int = 1, settings: dict[str, str] | None = None
-                ) -> tuple[subprocess.Popen[str], str, list[int]]:
+def start_proxy(es_url: str, workers: int = 1, settings: dict[str, str] | None = None,
+                tree: Path = ROOT) -> tuple[subprocess.Popen[str], str, list[int]]:
     """The proxy subprocess, its URL and the pids whose CPU it spends (the workers: with
     ``--workers N`` > 1 the parent only supervises and forks N workers); ``settings``: more
-    ``NEARDUP_*`` configuration variables."""
+    ``NEARDUP_*`` configuration variables; ``tree``: the checkout whose ``neardup`` it runs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEARDUP_")}
-    env.update({"PYTHONPATH": str(ROOT), "NEARDUP_LOGGING__LEVEL": "WARNING", **(settings or {})})
+    env.update({"PYTHONPATH": str(tree), "NEARDUP_LOGGING__LEVEL": "WARNING", **(settings or {})})
     process = subprocess.Popen([sys.executable, "-m", "neardup", "proxy", "--port", "0",
                                 "--upstream", es_url, "--workers", str(workers)],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ROOT, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=tree, text=True)
     assert process.stdout is not None
     line = process.stdout.readline()
     match = re.search(r"listening on (http://\S+)", line)
@@ -429,6 +431,12 @@ TARGETS = (
     Target("pass-through gzip", "proxy", "?neardup=off", gzip=True),
     Target("collapsed gzip", "proxy", gzip=True),
 )
+#: Driven as well with ``--baseline TREE``: the proxy of another checkout, beside this one's.
+BASELINE_TARGETS = (
+    Target("pass-through, baseline", "baseline", "?neardup=off"),
+    Target("collapsed, baseline", "baseline"),
+    Target("collapsed gzip, baseline", "baseline", gzip=True),
+)
 
 
 def queries(count: int, seed: int) -> list[str]:
@@ -471,22 +479,22 @@ async def drive(url: str, index: str, target: Target, texts: list[str], size: in
 
 
 def compare(urls: dict[str, str], index: str, texts: list[str], size: int, clients: int,
-            pids: dict[str, list[int]]) -> dict[str, dict[str, Any]]:
+            pids: dict[str, list[int]], targets: tuple[Target, ...] = TARGETS) -> dict[str, dict[str, Any]]:
     """Send the queries to every target, interleaved in chunks (20 queries with 1 client, 100
     with 32; the order alternates), so that the machine's changing load hits all targets alike.
 
     Per target: req/s over its own busy time, p50/p99 latency, CPU ms per request of the process
     serving it (``cpu_ms``, none for direct) and of Elasticsearch (``es_cpu_ms``).
     """
-    for target in TARGETS:  # warm up
+    for target in targets:  # warm up
         asyncio.run(drive(urls[target.server], index, target, texts[: max(20, clients * 2)], size, clients))
     chunk = 20 if clients == 1 else 100
-    latencies: dict[str, list[float]] = {t.name: [] for t in TARGETS}
-    busy = {t.name: 0.0 for t in TARGETS}
-    cpu = {t.name: 0.0 for t in TARGETS}
-    es_cpu = {t.name: 0.0 for t in TARGETS}
-    errors = {t.name: 0 for t in TARGETS}
-    order = list(TARGETS)
+    latencies: dict[str, list[float]] = {t.name: [] for t in targets}
+    busy = {t.name: 0.0 for t in targets}
+    cpu = {t.name: 0.0 for t in targets}
+    es_cpu = {t.name: 0.0 for t in targets}
+    errors = {t.name: 0 for t in targets}
+    order = list(targets)
     for start in range(0, len(texts), chunk):
         part = texts[start:start + chunk]
         for target in order:
@@ -500,7 +508,7 @@ def compare(urls: dict[str, str], index: str, texts: list[str], size: int, clien
             errors[target.name] += result["errors"]
         order.reverse()
     out = {}
-    for target in TARGETS:
+    for target in targets:
         lat = sorted(latencies[target.name])
         n = len(lat)
         out[target.name] = {
@@ -615,7 +623,7 @@ def targets(rows: list[dict[str, Any]], pin: bool) -> list[tuple[str, list[float
 
 def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str, total_docs: int,
            load_before: str, workers: int = 1, pin: bool = False,
-           gzip_levels: list[dict[str, Any]] | None = None) -> str:
+           gzip_levels: list[dict[str, Any]] | None = None, baseline: bool = False) -> str:
     lines = [PINNED_SECTION if pin else SECTION, "", f"Command: `{command}`", "",
              f"Reuters-21578 ({total_docs} stories) enriched by `neardup index`, one shard; `match` on "
              "`title` with three words of a real title; every setting sends the same queries to each "
@@ -628,6 +636,8 @@ def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str,
              f"({workers} worker{'s' if workers > 1 else ''}) passing the search through (`neardup=off`) "
              "and collapsing it; and with `Accept-Encoding: gzip`, the floor passing Elasticsearch's gzip "
              "bytes, the proxy passing them through, and the proxy collapsing (compressing its own answer). "
+             + ("A second `neardup proxy`, run from another checkout (`--baseline`), passes through and "
+                "collapses beside it (the rows marked baseline). " if baseline else "")
              + ("Pinned (`--pin`): Elasticsearch and the load generator on CPU 0, the proxies on CPU 1. "
                 if pin else "Load generator, proxies and Elasticsearch share the 2 cores. ")
              + "CPU per request of the process serving the target (nginx: master and worker) and of "
@@ -639,7 +649,9 @@ def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str,
              "|---" * 12 + "|"]
     for row in rows:
         d = row["direct"]
-        for target in TARGETS:
+        for target in (*TARGETS, *BASELINE_TARGETS):
+            if target.name not in row:
+                continue
             r = row[target.name]
             floor = row["floor gzip" if target.gzip else "floor"]["cpu_ms"]
             cpu = "" if r["cpu_ms"] is None else f"{r['cpu_ms']:.2f}"
@@ -702,6 +714,8 @@ def main() -> int:
     parser.add_argument("--pin", action="store_true",
                         help="Elasticsearch and the load generator on CPU 0, the proxies on CPU 1 "
                              "(the proxy on a core of its own; needs 2 CPUs and the right to pin the node)")
+    parser.add_argument("--baseline", type=Path, metavar="TREE",
+                        help="also drive the neardup proxy of this checkout (a git worktree of the revision before a change)")
     parser.add_argument("--reference-server", nargs=3, metavar=("KIND", "PORT", "ES_URL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.reference_server:
@@ -712,6 +726,7 @@ def main() -> int:
     load_before = f"{os.getloadavg()[0]:.1f}"
     index = args.index or load_reuters(es, args.es)
     process, proxy_url, proxy_pids = start_proxy(args.es, args.workers)
+    baseline = start_proxy(args.es, args.workers, tree=args.baseline.resolve()) if args.baseline else None
     references = {kind: start_reference(kind, args.es) for kind in REFERENCES}
     try:
         with start_nginx(args.es) as (nginx_url, nginx_pids):
@@ -719,6 +734,10 @@ def main() -> int:
                     **{kind: [ref.pid] for kind, (ref, _) in references.items()}, "es": [es_pid(es)]}
             urls = {"direct": args.es, "nginx": nginx_url, "proxy": proxy_url,
                     **{kind: url for kind, (_, url) in references.items()}}
+            driven: tuple[Target, ...] = TARGETS
+            if baseline:
+                pids["baseline"], urls["baseline"] = baseline[2], baseline[1]
+                driven = (*TARGETS, *BASELINE_TARGETS)
             texts = queries(args.requests, args.seed)
             rows = []
             placement = pinned(pids["es"][0], [pid for name, group in pids.items() if name != "es" for pid in group]) \
@@ -727,22 +746,23 @@ def main() -> int:
                 for clients in (1, 32):
                     for size in (10, 100):
                         row: dict[str, Any] = {"clients": clients, "size": size,
-                                               **compare(urls, index, texts, size, clients, pids)}
+                                               **compare(urls, index, texts, size, clients, pids, driven)}
                         print(f"clients={clients} size={size}: {row}", file=sys.stderr)
                         rows.append(row)
         grouping = grouping_benchmark(es, index, texts)
         gzip_levels = gzip_benchmark(es, index, texts)
         total = es.count(index=index)["count"]
     finally:
-        for child in (process, *(ref for ref, _ in references.values())):
+        children: list[subprocess.Popen[Any]] = [process, *(ref for ref, _ in references.values())]
+        for child in children + ([baseline[0]] if baseline else []):
             child.terminate()
             child.wait(30)
         if not args.index:
             es.options(ignore_status=404).indices.delete(index=index)
     command = "python bench/proxy.py --es URL" + (f" --requests {args.requests}" if args.requests != 400 else "") \
         + (" --index NAME" if args.index else "") + (f" --workers {args.workers}" if args.workers != 1 else "") \
-        + (" --pin" if args.pin else "")
-    text = report(rows, grouping, command, total, load_before, args.workers, args.pin, gzip_levels)
+        + (" --pin" if args.pin else "") + (" --baseline TREE" if args.baseline else "")
+    text = report(rows, grouping, command, total, load_before, args.workers, args.pin, gzip_levels, bool(args.baseline))
     print(text)
     if args.results:
         write_section(args.results, text)
