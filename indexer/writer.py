@@ -43,6 +43,12 @@ is sent in several). The batch job gathers the writes of :data:`WRITE_PAGES` pag
 request (:meth:`BulkUpdater.queue`, up to :data:`MAX_BULK_BYTES`): the index's periodic
 refresh then finds new documents less often and cuts fewer, larger segments, which the
 cluster writes and merges again with less CPU per document.
+
+If the whole bulk request is retried after a timeout although it was applied, its items
+come back as conflicts, are re-read and end as ``noop``: still correct. An item sent with a
+seed that ends in a conflict or a failure may hold that seed (from the applied attempt): it is
+covered by the check after the acknowledgement like the seeds written
+(:meth:`~neardup.indexer.cluster.seeds.Seeder.confirm`).
 """
 
 from __future__ import annotations
