@@ -118,6 +118,10 @@ class ProxyConfig(_Section):
     #: threads, which cuts the latency of large pages on an idle proxy (one more query phase
     #: upstream; never under load). 0: never.
     split_fetch_min_hits: Annotated[int, Field(ge=0, le=1_000_000)] = 40
+    #: Write the usual collapsed page from the upstream's bytes (the hits found by the compiled
+    #: scanner, the sources copied, never decoded) when the scanner was built at install; off:
+    #: every collapsed page is decoded and encoded again. The answers hold the same values.
+    splice_pages: bool = True
     #: Serve the search playground page at ``/_neardup/`` (404 when off).
     playground: bool = False
     #: Refuse (403) every request that could write: see :mod:`neardup.proxy.transport.access`.

@@ -204,9 +204,24 @@ def group(hits: Sequence[Any], channel: Channel, threshold: float, mode: Mode,
             read = algorithms.read(stored)
             if state is not None:
                 state.signatures = read
-        fingerprinted, signatures, counts = read
-        if len(fingerprinted) > 1:
-            i, j, _ = algorithms.similar_pairs(signatures, counts, threshold, mode)
+        return group_signatures(n, read, threshold, mode, algorithms)
+    return _groups_of(n, fingerprinted, i, j, algorithms)
+
+
+def group_signatures(n: int, read: Signatures, threshold: float, mode: SignatureMode,
+                     algorithms: Algorithms) -> tuple[list[list[int]], int]:
+    """:func:`group` of ``n`` hits whose fingerprints were read already (``read``: what
+    ``algorithms.read`` gave for them)."""
+    fingerprinted, signatures, counts = read
+    if len(fingerprinted) < 2:
+        return [[position] for position in range(n)], len(fingerprinted)
+    i, j, _ = algorithms.similar_pairs(signatures, counts, threshold, mode)
+    return _groups_of(n, fingerprinted, i, j, algorithms)
+
+
+def _groups_of(n: int, fingerprinted: Any, i: Any, j: Any, algorithms: Algorithms) -> tuple[list[list[int]], int]:
+    """The groups of ``n`` hits given the similar pairs ``(i, j)`` among the rows
+    ``fingerprinted`` (their positions)."""
     if len(fingerprinted) < 2 or not len(i):   # nothing to fold: every hit is its own group
         return [[position] for position in range(n)], len(fingerprinted)
     local = np.asarray(algorithms.group_labels(len(fingerprinted), np.asarray(i), np.asarray(j))).tolist()

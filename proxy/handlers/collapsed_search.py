@@ -20,7 +20,9 @@ from typing import Any
 
 from aiohttp import web
 
-from neardup.proxy.grouping import collapse
+from neardup.fingerprint.similarity import Mode as SignatureMode
+from neardup.proxy.grouping import collapse, spliced_page
+from neardup.proxy.grouping.similarity import ESTIMATORS
 from neardup.proxy.handlers import exchange, filter_path, missing_fingerprints, pushdown, result_window, source_check
 from neardup.proxy.handlers.context import OUTCOME, Incoming, Item, ProxyState, receive
 from neardup.proxy.handlers.params import Controls, Settings, has_invalid_escape, resolve, split_query, wants_pretty
@@ -36,7 +38,7 @@ from neardup.proxy.handlers.search_plan import (
     probe_request,
     round_request,
 )
-from neardup.proxy.transport import errors, framing, jsonio, rawjson
+from neardup.proxy.transport import errors, framing, hitscan, jsonio, rawjson
 
 log = logging.getLogger("neardup.proxy")
 
@@ -121,12 +123,20 @@ async def _collapse_one(state: ProxyState, incoming: Incoming, plan: Plan) -> we
     budget = missing_fingerprints.budget(state)
     offset, count = 0, plan.first_window()
     first_headers = None
+    splice = _splices(state, plan)
     while True:
         halves = _halves(state, offset, count)
         fetches = [_read_round(exchange.fetch(state, incoming, incoming.raw_path + ("?" + qs if qs else ""), headers,
-                                              jsonio.dumps(body)))
+                                              jsonio.dumps(body)), decode=not splice)
                    for qs, body in (round_request(plan, start, size) for start, size in halves)]
         rounds = [await fetches[0]] if len(fetches) == 1 else await _together(fetches)
+        if splice:   # the first window: answered from its bytes if it is the usual one
+            splice = False
+            answer = _spliced_answer(state, incoming, plan, halves, rounds)
+            if answer is not None:
+                return answer
+            rounds = [(status, upstream_headers, raw, _decoded(raw) if status == 200 else None)
+                      for status, upstream_headers, raw, _ in rounds]
         took_before, took = window.took, 0
         for (start, size), (status, upstream_headers, raw, read) in zip(halves, rounds):
             if status != 200:
@@ -170,17 +180,50 @@ def _halves(state: ProxyState, offset: int, count: int) -> list[tuple[int, int]]
     return [(0, first), (first, count - first)]
 
 
-async def _read_round(fetch: Awaitable[tuple[int, Any, bytes]]) -> tuple[int, Any, bytes, Any]:
-    """A round's (status, headers, body) and its body read by :func:`rawjson.loads_search` when
-    the status is 200 (else None), the ``ValueError`` it raised in its place: the halves of a
-    split round are each read as soon as they come, one while the other is still on its way."""
+async def _read_round(fetch: Awaitable[tuple[int, Any, bytes]], decode: bool = True) -> tuple[int, Any, bytes, Any]:
+    """A round's (status, headers, body) and, when ``decode`` and the status is 200 (else None),
+    its body read by :func:`_decoded`: the halves of a split round are each read as soon as
+    they come, one while the other is still on its way."""
     status, headers, raw = await fetch
-    if status != 200:
-        return status, headers, raw, None
+    return status, headers, raw, _decoded(raw) if decode and status == 200 else None
+
+
+def _decoded(raw: bytes) -> Any:
+    """:func:`rawjson.loads_search` of ``raw``, or the ``ValueError`` it raised."""
     try:
-        return status, headers, raw, rawjson.loads_search(raw)
+        return rawjson.loads_search(raw)
     except ValueError as exc:
-        return status, headers, raw, exc
+        return exc
+
+
+def _splices(state: ProxyState, plan: Plan) -> bool:
+    """Whether the answer to ``plan`` may be written from the upstream's bytes
+    (:mod:`neardup.proxy.grouping.spliced_page`): the client gets the whole ``_source`` as it
+    is, in compact JSON, and the grouping is on signatures."""
+    settings = plan.settings
+    return hitscan.COMPILED and state.config.proxy.splice_pages and plan.channel == "_source" \
+        and plan.filter is None and not plan.pretty and settings.source is None and settings.mode in ESTIMATORS
+
+
+def _spliced_answer(state: ProxyState, incoming: Incoming, plan: Plan, halves: list[tuple[int, int]],
+                    rounds: list[tuple[int, Any, bytes, Any]]) -> web.Response | None:
+    """The answer written from the first window's bytes, or None when it is not the usual one."""
+    window: list[spliced_page.Round] = []
+    for (_, size), (status, _, raw, _) in zip(halves, rounds):
+        scan = hitscan.scan(raw) if status == 200 else None
+        if scan is None:
+            return None
+        window.append(spliced_page.Round(raw, scan, size))
+    settings = plan.settings
+    mode: SignatureMode = "containment" if settings.mode == "containment" else "resemblance"
+    page = spliced_page.spliced_page(window, plan.start, plan.size, settings.threshold, mode, plan.total_as_int,
+                                     state.algorithms)
+    if page is None:
+        return None
+    summary = collapse.summary(page.page, settings.threshold, settings.mode, page.window, page.fingerprinted, True)
+    missing_fingerprints.summarize(summary, plan, [])
+    exchange.record(state, incoming, page.page.collapsed)
+    return exchange.upstream_response(incoming, 200, rounds[0][1], page.body(summary))
 
 
 async def _together(fetches: list[Any]) -> list[Any]:

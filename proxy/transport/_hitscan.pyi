@@ -1,0 +1,3 @@
+# The compiled scanner (a Rust extension, proxy/transport/hitscan_rs): see neardup.proxy.transport.hitscan.
+
+def scan(raw: bytes, /) -> tuple[int, int, int, int, int, bytes] | None: ...
