@@ -213,8 +213,7 @@ def read_signatures(objects: Sequence[Any], version: str, num_perm: int
     length.
     A malformed ``sig`` drops only its own object.
     """
-    text_length = 4 * (-(-8 * num_perm // 3))
-    joinable = (8 * num_perm) % 3 == 0  # no '=' padding: concatenated texts decode as one
+    text_length = signature_text_length(num_perm)
     positions: list[int] = []
     texts: list[str] = []
     counts: list[int] = []
@@ -227,14 +226,8 @@ def read_signatures(objects: Sequence[Any], version: str, num_perm: int
         positions.append(position)
         texts.append(text)
         counts.append(count)
-    matrix = None
-    if texts and joinable:
-        try:
-            raw = _strict_b64decode("".join(texts))
-            matrix = np.frombuffer(raw, dtype="<u8").reshape(len(texts), num_perm)
-        except (binascii.Error, ValueError):
-            matrix = None  # some text is malformed: decode one by one below
-    if matrix is None:
+    matrix = decode_joined_signatures("".join(texts), len(texts), num_perm) if texts else None
+    if matrix is None:   # some text is malformed (or K's texts are padded): one by one
         rows = [_decode_signature(t, num_perm) for t in texts]
         keep = [k for k, row in enumerate(rows) if row is not None]
         positions = [positions[k] for k in keep]
@@ -245,7 +238,25 @@ def read_signatures(objects: Sequence[Any], version: str, num_perm: int
             np.asarray(counts, np.int64))
 
 
-def _strict_b64decode(text: str) -> bytes:
+def signature_text_length(num_perm: int) -> int:
+    """The length of a stored ``sig``: standard base64 of ``8 * num_perm`` bytes."""
+    return 4 * (-(-8 * num_perm // 3))
+
+
+def decode_joined_signatures(text: str | bytes, rows: int, num_perm: int) -> np.ndarray | None:
+    """The (rows, K) signatures whose ``sig`` texts, each of :func:`signature_text_length`,
+    are concatenated in ``text``, in one strict base64 decode; None when a text is malformed,
+    or when K's texts end in ``=`` padding (then they do not decode as one)."""
+    if (8 * num_perm) % 3:
+        return None
+    try:
+        raw = _strict_b64decode(text)
+        return np.frombuffer(raw, dtype="<u8").reshape(rows, num_perm)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _strict_b64decode(text: str | bytes) -> bytes:
     """Standard base64 of ``text``, refusing any character outside the alphabet (binascii.Error).
 
     pybase64's ``validate=True`` and binascii's ``strict_mode`` accept and refuse the same texts

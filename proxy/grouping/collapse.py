@@ -71,6 +71,11 @@ class Algorithms:
     group_labels: Labeller
     #: the TF-IDF version whose stored vectors ``tfidf`` mode compares (:mod:`neardup.proxy.grouping.tfidf_groups`)
     tfidf_version: str = ""
+    #: the scheme version and minhash count ``read`` accepts, when it is
+    #: :func:`neardup.fingerprint.read_signatures`' (so that stored texts may be checked and decoded
+    #: without it: :mod:`neardup.proxy.grouping.spliced_page`); empty: only ``read`` knows
+    version: str = ""
+    num_perm: int = 0
 
 
 def stored_fingerprint(hit: dict[str, Any], channel: Channel) -> Any:

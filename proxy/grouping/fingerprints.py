@@ -113,6 +113,7 @@ def window_labels(n: int, i: np.ndarray, j: np.ndarray) -> np.ndarray:
 def default_algorithms(params: FingerprintParams, tfidf_version: str = "") -> Algorithms:
     """``tfidf_version``: the TF-IDF version (``neardup.tfidf_config.tfidf_version_of``) whose vectors
     ``neardup_mode=tfidf`` compares; empty: none (no hit is grouped in that mode)."""
-    read = partial(read_signatures, version=scheme_version(params), num_perm=params.num_perm)
+    version = scheme_version(params)
+    read = partial(read_signatures, version=version, num_perm=params.num_perm)
     return Algorithms(read=read, similar_pairs=window_pairs, group_labels=window_labels,
-                      tfidf_version=tfidf_version)
+                      tfidf_version=tfidf_version, version=version, num_perm=params.num_perm)

@@ -28,8 +28,17 @@ from typing import Any
 
 import numpy as np
 
+from neardup.fingerprint.model import decode_joined_signatures, signature_text_length
 from neardup.fingerprint.similarity import Mode
-from neardup.proxy.grouping.collapse import GROUP_FIELD, INNER_HITS_NAME, SUMMARY_KEY, Algorithms, Page, group_signatures
+from neardup.proxy.grouping.collapse import (
+    GROUP_FIELD,
+    INNER_HITS_NAME,
+    SUMMARY_KEY,
+    Algorithms,
+    Page,
+    Signatures,
+    group_signatures,
+)
 from neardup.proxy.grouping.similarity import ESTIMATORS, SIMILARITY_FIELD
 from neardup.proxy.transport import jsonio
 from neardup.proxy.transport.hitscan import COLUMNS, ScanResult
@@ -91,14 +100,8 @@ def spliced_page(rounds: Sequence[Round], start: int, size: int, threshold: floa
                 seen.add(identity)
             hits.append((raw, row))
         exhausted = len(rows) < one.requested
-    stored: list[Any] = []
-    for raw, row in hits:
-        count = int(raw[row[14]:row[15]])
-        if not 0 <= count < _LARGEST_COUNT:
-            return None
-        stored.append({"v": raw[row[10]:row[11]].decode(), "sig": raw[row[12]:row[13]].decode(), "n": count})
-    read = algorithms.read(stored)
-    if len(read[0]) != len(hits):   # a hit without a usable fingerprint of this scheme
+    read = _signatures(hits, algorithms)
+    if read is None:   # a hit without a usable fingerprint of this scheme
         return None
     groups, fingerprinted = group_signatures(len(hits), read, threshold, mode, algorithms)
     if len(groups) < start + size and not exhausted:   # another round, or a deep page
@@ -123,6 +126,31 @@ def spliced_page(rounds: Sequence[Round], start: int, size: int, threshold: floa
         collapsed += len(members) - 1
     head.append(view[hits_end - 1:close])
     return SplicedPage(head, view[close:], Page([], len(shown), collapsed, len(groups)), len(hits), fingerprinted)
+
+
+def _signatures(hits: Sequence[tuple[bytes, list[int]]], algorithms: Algorithms) -> Signatures | None:
+    """The signatures of all ``hits``, or None if one has no usable fingerprint. When the
+    reader is :func:`neardup.fingerprint.read_signatures` (``algorithms.version`` is set), its
+    checks are made on the bytes and the texts decoded at once; else (or when that decode
+    fails) the fingerprints go through ``algorithms.read``, which leaves out what it refuses."""
+    counts: list[int] = []
+    for raw, row in hits:
+        count = int(raw[row[14]:row[15]])
+        if not 0 <= count < _LARGEST_COUNT:
+            return None
+        counts.append(count)
+    if algorithms.version:
+        version, length = algorithms.version.encode(), signature_text_length(algorithms.num_perm)
+        if any(raw[row[10]:row[11]] != version or row[13] - row[12] != length for raw, row in hits):
+            return None
+        matrix = decode_joined_signatures(b"".join([raw[row[12]:row[13]] for raw, row in hits]), len(hits),
+                                          algorithms.num_perm)
+        if matrix is not None:
+            return (np.arange(len(hits), dtype=np.int64), matrix.astype(np.uint64, copy=False),
+                    np.asarray(counts, dtype=np.int64))
+    read = algorithms.read([{"v": raw[row[10]:row[11]].decode(), "sig": raw[row[12]:row[13]].decode(), "n": count}
+                            for (raw, row), count in zip(hits, counts)])
+    return read if len(read[0]) == len(hits) else None
 
 
 def _similarities(shown: Sequence[Sequence[int]], signatures: np.ndarray, counts: np.ndarray,
