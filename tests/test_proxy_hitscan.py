@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from neardup.fingerprint import Fingerprinter, FingerprintParams
 from neardup.proxy.transport import hitscan
 from neardup.proxy.transport.hitscan import COLUMNS, MAX_DEPTH, reference_scan
+from tests.test_proxy_hitscan_compiled import NONE_CASES, compiled, response
 
 FP = Fingerprinter(FingerprintParams())
 FINGERPRINT = FP.fingerprint("oil prices rose as opec kept its output quota for the quarter").to_source()
@@ -69,17 +70,19 @@ def _check_spans(raw: bytes, found: hitscan.ScanResult) -> None:
 
 
 def _both(raw: bytes) -> hitscan.ScanResult | None:
-    """The reference's answer, after checking that the compiled scan gives the same."""
+    """The reference's answer, after checking that the compiled scan gives the same (when it
+    is built: see :func:`test_the_compiled_scanner_is_built`)."""
     expected = reference_scan(raw)
-    assert hitscan.scan(raw) == expected
+    if hitscan.COMPILED:
+        assert hitscan.scan(raw) == expected
     return expected
 
 
 def test_the_compiled_scanner_is_built() -> None:
-    """``make install`` builds it (a Rust toolchain is on every machine the README's commands
-    set up); without it every collapsed page is decoded and written again, and nothing here
-    would check the compiled code."""
-    assert hitscan.COMPILED
+    """``make install`` builds it where cargo is installed; without it every collapsed page is
+    decoded and written again and the cross-checks here check the reference alone: a skip,
+    and a failure under CI, whose machine has cargo."""
+    compiled()
 
 
 def test_a_response_as_elasticsearch_writes_it() -> None:
@@ -228,3 +231,14 @@ def test_damaged_bytes_are_read_alike_and_only_when_they_are_json(seed: int) -> 
     found = _both(bytes(raw))
     if found is not None:
         _check_spans(bytes(raw), found)
+
+
+@pytest.mark.parametrize("name", sorted(NONE_CASES))
+def test_the_compiled_scanners_refusals_are_the_references(name: str) -> None:
+    assert _both(NONE_CASES[name]) is None
+
+
+def test_the_compiled_scanners_offsets_are_the_references() -> None:
+    raw = response()
+    found = _both(raw)
+    assert found is not None and _rows(found[5])[0][:2] == (raw.index(b'{"_index"'), raw.index(b',{"_id":"b2"'))

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from neardup.proxy.handlers import collapsed_search
-from neardup.proxy.transport import hitscan
+from tests.test_proxy_hitscan_compiled import compiled
 from tests.test_proxy_support import FamilyIndex, ProxyThread, family_index, make_config  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.es
@@ -63,7 +63,7 @@ def _ordered(raw: bytes) -> Any:
 
 def test_spliced_and_decoded_pages_answer_alike(proxies: tuple[ProxyThread, ProxyThread], family_index: FamilyIndex,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    assert hitscan.COMPILED
+    compiled()
     written: list[bool] = []
     answer = collapsed_search._spliced_answer
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_proxy_hitscan_compiled import compiled
 from tests.test_proxy_support import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,11 +65,18 @@ def test_the_wheel_holds_one_top_level_name(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         top_level = archive.read(next(n for n in names if n.endswith(".dist-info/top_level.txt")))
-    assert {name.split("/")[0] for name in names} == {"neardup", wheel.name.split("-py3")[0] + ".dist-info"}
+    assert {name.split("/")[0] for name in names} == {"neardup", "-".join(wheel.name.split("-")[:2]) + ".dist-info"}
     assert top_level.decode().split() == ["neardup"]
     for package in ("fingerprint", "indexer", "proxy"):
         assert f"neardup/{package}/__init__.py" in names
     assert "neardup/proxy/handlers/static/playground.html" in names
+
+
+def test_the_wheel_holds_the_compiled_scanner(wheel: Path) -> None:
+    compiled()   # built where cargo is (a skip without it, a failure under CI)
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    assert "neardup/proxy/transport/_hitscan.abi3.so" in names
 
 
 def test_the_wheel_metadata_names_the_opensearch_extra_and_both_elasticsearch_majors(wheel: Path) -> None:
