@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -61,3 +63,40 @@ def test_refuses_what_similar_pairs_refuses() -> None:
         window_pairs(np.zeros((3, 4), dtype=np.int64), np.ones(3), 0.8)
     with pytest.raises(ValueError):
         window_pairs(np.zeros((3, 4), dtype=np.uint64), np.ones(2), 0.8)
+
+
+def _compiled_pairs() -> None:
+    """A skip without the compiled pair search (a failure under CI, whose machine has cargo)."""
+    if not fingerprints.COMPILED_PAIRS:
+        message = "neardup.proxy.grouping._pairs is not built: install cargo, then `make install`"
+        if os.environ.get("CI"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+
+
+def test_the_compiled_pair_search_is_built() -> None:
+    _compiled_pairs()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_compiled_search_finds_what_its_reference_finds(seed: int) -> None:
+    _compiled_pairs()
+    rng = np.random.default_rng(100 + seed)
+    for trial in range(300):
+        n = int(rng.integers(2, fingerprints.WINDOW_ROWS + 1))
+        k = int(rng.choice([84, 128, 16, 5, 1]))
+        signatures, counts = _window(rng, n, k, 4 if trial % 3 == 0 else 2**63)
+        for threshold in (0.01, 0.3, 0.5, 0.75, 0.8, 0.9, 1.0):
+            _same(fingerprints.band_key_pairs(signatures, counts, threshold),
+                  window_pairs(signatures, counts, threshold, "resemblance"))
+
+
+def test_the_compiled_search_refuses_what_it_cannot_read() -> None:
+    _compiled_pairs()
+    from neardup.proxy.grouping import _pairs
+
+    for signatures, counts, k, need in ((b"\0" * 16, b"\0" * 8, 2, 3), (b"\0" * 16, b"\0" * 8, 2, 0),
+                                        (b"\0" * 15, b"\0" * 8, 2, 1), (b"\0" * 16, b"\0" * 7, 2, 1),
+                                        (b"", b"", 0, 1)):
+        with pytest.raises(ValueError):
+            _pairs.equal_slot_pairs(signatures, counts, k, need)
