@@ -55,6 +55,9 @@ STAGES = (
     ("neardup.proxy.handlers.collapsed_search", "annotate_page"), ("neardup.proxy.handlers.source_check", "finish"),
     ("neardup.proxy.grouping.collapse", "build_page"), ("neardup.proxy.handlers.exchange", "respond"),
     ("neardup.proxy.transport.jsonio", "dumps"),
+    ("neardup.proxy.handlers.collapsed_search", "_spliced_answer"), ("neardup.proxy.transport.hitscan", "scan"),
+    ("neardup.proxy.grouping.spliced_page", "spliced_page"), ("neardup.proxy.grouping.spliced_page", "_signatures"),
+    ("neardup.proxy.grouping.spliced_page", "group_signatures"), ("neardup.proxy.handlers.exchange", "upstream_response"),
 )
 
 
