@@ -26,6 +26,10 @@
 # leg equal to ENGINE:VERSION is not run twice).
 
 SHELL := /bin/bash
+# rustup's cargo builds the proxy's compiled parts at install (pyproject.toml): found also when
+# the calling shell did not source ~/.cargo/env (a non-interactive bash, CI).
+CARGO_BIN := $(HOME)/.cargo/bin
+export PATH := $(if $(wildcard $(CARGO_BIN)/cargo),$(CARGO_BIN):)$(PATH)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
