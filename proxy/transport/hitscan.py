@@ -292,12 +292,9 @@ def _scan(raw: bytes) -> ScanResult:
             return spans["took"][1]
         return _object(raw, value_at, frozenset({b"hits"}), read_hits, 2)
 
-    members = _Members(raw, 0, frozenset({b"took", b"hits", b"neardup"}))
-    while (member := members.next()) is not None:
-        key, value_at = member
-        members.at = read_top(key, value_at) if key in members.tracked else _skip_value(raw, value_at, 1)
-    close = members.at - 1
-    if _skip_space(raw, members.at) != len(raw) or spans["took"][0] < 0 or spans["hits"][0] < 0:
+    end = _object(raw, 0, frozenset({b"took", b"hits", b"neardup"}), read_top, 1)
+    close = end - 1
+    if _skip_space(raw, end) != len(raw) or spans["took"][0] < 0 or spans["hits"][0] < 0:
         raise _Unusual
     table = b"".join(_ROW.pack(*row) for row in rows)
     return spans["took"][0], spans["took"][1], spans["hits"][0], spans["hits"][1], close, table
