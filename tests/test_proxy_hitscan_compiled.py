@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import struct
 from types import ModuleType
 
 import pytest
 
+from neardup.proxy.transport import hitscan
+from tests.compiled_support import require_built
+
 
 def compiled() -> ModuleType:
     """The extension, or a skip (a failure under CI, whose machine has cargo to build it)."""
-    try:
-        from neardup.proxy.transport import _hitscan
-    except ImportError:
-        message = "neardup.proxy.transport._hitscan is not built: install cargo, then `make install`"
-        if os.environ.get("CI"):
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+    require_built(hitscan.COMPILED, "neardup.proxy.transport._hitscan")
+    import neardup.proxy.transport._hitscan as _hitscan
+
     return _hitscan
 
 

@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 from neardup.fingerprint import Fingerprinter, FingerprintParams, similar_pairs
 from neardup.proxy.grouping import fingerprints
 from neardup.proxy.grouping.fingerprints import window_pairs
+from tests.compiled_support import require_built
 
 
 def _same(expected: tuple[np.ndarray, ...], got: tuple[np.ndarray, ...]) -> None:
@@ -66,12 +65,7 @@ def test_refuses_what_similar_pairs_refuses() -> None:
 
 
 def _compiled_pairs() -> None:
-    """A skip without the compiled pair search (a failure under CI, whose machine has cargo)."""
-    if not fingerprints.COMPILED_PAIRS:
-        message = "neardup.proxy.grouping._pairs is not built: install cargo, then `make install`"
-        if os.environ.get("CI"):
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+    require_built(fingerprints.COMPILED_PAIRS, "neardup.proxy.grouping._compiled")
 
 
 def test_the_compiled_pair_search_is_built() -> None:
@@ -93,10 +87,10 @@ def test_the_compiled_search_finds_what_its_reference_finds(seed: int) -> None:
 
 def test_the_compiled_search_refuses_what_it_cannot_read() -> None:
     _compiled_pairs()
-    from neardup.proxy.grouping import _pairs
+    from neardup.proxy.grouping import _compiled
 
     for signatures, counts, k, need in ((b"\0" * 16, b"\0" * 8, 2, 3), (b"\0" * 16, b"\0" * 8, 2, 0),
                                         (b"\0" * 15, b"\0" * 8, 2, 1), (b"\0" * 16, b"\0" * 7, 2, 1),
                                         (b"", b"", 0, 1)):
         with pytest.raises(ValueError):
-            _pairs.equal_slot_pairs(signatures, counts, k, need)
+            _compiled.equal_slot_pairs(signatures, counts, k, need)

@@ -72,11 +72,12 @@ def test_the_wheel_holds_one_top_level_name(wheel: Path) -> None:
     assert "neardup/proxy/handlers/static/playground.html" in names
 
 
-def test_the_wheel_holds_the_compiled_scanner(wheel: Path) -> None:
+def test_the_wheel_holds_the_compiled_parts(wheel: Path) -> None:
     compiled()   # built where cargo is (a skip without it, a failure under CI)
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
     assert "neardup/proxy/transport/_hitscan.abi3.so" in names
+    assert "neardup/proxy/grouping/_compiled.abi3.so" in names
 
 
 def test_the_wheel_metadata_names_the_opensearch_extra_and_both_elasticsearch_majors(wheel: Path) -> None:

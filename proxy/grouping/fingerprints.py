@@ -14,7 +14,7 @@ key occurs twice in the window (one sort), no pair can reach t: the usual case o
 window. Otherwise the candidates are the pairs with an equal key in some band (one broadcast
 over the window's m² pairs), each verified on all K slots: exactly the pairs, order and
 estimates of :func:`neardup.fingerprint.similar_pairs`, which larger windows and lower thresholds
-go to. Where the compiled search (``proxy/grouping/pairs_rs``, a Rust extension built at install)
+go to. Where the compiled search (``proxy/grouping/compiled_rs``, a Rust extension built at install)
 is there, it stands in for that NumPy one (:func:`band_key_pairs`, its reference): every pair
 compared slot by slot and given up after ``u + 1`` unequal slots, with no array built on the
 way; the same pairs, order and estimates, which the tests compare.
@@ -27,7 +27,6 @@ the smallest index of its component (the smaller root wins a union), the same la
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from functools import lru_cache, partial
 
 import numpy as np
@@ -43,20 +42,14 @@ WINDOW_ROWS, WINDOW_BANDS = 32, 24
 #: Most pairs :func:`window_labels` joins itself: beyond, NumPy's label propagation costs less.
 WINDOW_PAIRS = 256
 
+try:
+    import neardup.proxy.grouping._compiled as _compiled
+except ImportError:   # not built (no cargo at install): the NumPy search
+    _compiled = None  # type: ignore[assignment]
 
-def _load_compiled_pairs() -> Callable[[bytes, bytes, int, int], tuple[bytes, bytes, bytes]] | None:
-    try:
-        import neardup.proxy.grouping._pairs as _pairs
-    except ImportError:
-        return None
-    compiled: Callable[[bytes, bytes, int, int], tuple[bytes, bytes, bytes]] = _pairs.equal_slot_pairs
-    return compiled
+#: Whether :func:`window_pairs` uses the compiled search (``proxy/grouping/compiled_rs``).
+COMPILED_PAIRS = _compiled is not None
 
-
-#: The compiled pair search (``proxy/grouping/pairs_rs``), or None when it was not built.
-_compiled_pairs = _load_compiled_pairs()
-#: Whether :func:`window_pairs` uses the compiled search.
-COMPILED_PAIRS = _compiled_pairs is not None
 _GOLDEN = 0x9E3779B97F4A7C15
 
 
@@ -80,16 +73,17 @@ def window_pairs(signatures: np.ndarray, counts: np.ndarray, threshold: float,
             or type(counts) is not np.ndarray or counts.shape != signatures.shape[:1] \
             or not 2 <= signatures.shape[0] <= WINDOW_ROWS or not signatures.shape[1]:
         return similar_pairs(signatures, counts, threshold, mode)
-    if _compiled_pairs is not None:
+    if _compiled is not None:
         k = signatures.shape[1]
-        lo, hi, equal = _compiled_pairs(signatures.astype("<u8", copy=False).tobytes(),
-                                        counts.astype("<i8", copy=False).tobytes(), k, _need(threshold, k))
+        lo, hi, equal = _compiled.equal_slot_pairs(signatures.astype("<u8", copy=False).tobytes(),
+                                                   counts.astype("<i8", copy=False).tobytes(), k,
+                                                   equal_slots_needed(threshold, k))
         return (np.frombuffer(lo, dtype="<i8").astype(np.int64), np.frombuffer(hi, dtype="<i8").astype(np.int64),
                 np.frombuffer(equal, dtype="<i8") / k)
     return band_key_pairs(signatures, counts, threshold)
 
 
-def _need(threshold: float, k: int) -> int:
+def equal_slots_needed(threshold: float, k: int) -> int:
     """Equal slots of K a pair at resemblance ``threshold`` has (as :func:`neardup.fingerprint.similar_pairs`)."""
     return max(1, math.ceil(threshold * k - 1e-9))
 
@@ -99,7 +93,7 @@ def band_key_pairs(signatures: np.ndarray, counts: np.ndarray, threshold: float
     """:func:`window_pairs` of a window it takes, with NumPy on band keys (see the module): the
     reference of the compiled search, and the search where it is not built."""
     k = signatures.shape[1]
-    need = _need(threshold, k)
+    need = equal_slots_needed(threshold, k)
     bands = k - need + 1
     if bands > WINDOW_BANDS:
         return similar_pairs(signatures, counts, threshold, "resemblance")

@@ -18,12 +18,20 @@ copied values keep the upstream's spelling (a ``_score`` stays as Elasticsearch 
 :func:`spliced_page` answers None whenever it cannot give that answer (a hit without a usable
 fingerprint, the same document twice, a page the window does not fill): the caller then
 reads the response the general way.
+
+Two implementations write the same bytes: :func:`reference_spliced_page` here, and the compiled
+one (``proxy/grouping/compiled_rs``, a Rust extension built at install) for the usual window, at
+resemblance with the default algorithms and every fingerprint of the current scheme. The
+compiled one does the whole of it (signatures, pairs, groups, similarities, the bytes written)
+without a Python object per hit; where it cannot be sure of the reference's answer it leaves
+the window to the reference. The tests compare the two.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -39,6 +47,7 @@ from neardup.proxy.grouping.collapse import (
     Signatures,
     group_signatures,
 )
+from neardup.proxy.grouping.fingerprints import WINDOW_ROWS, equal_slots_needed, window_labels, window_pairs
 from neardup.proxy.grouping.similarity import ESTIMATORS, SIMILARITY_FIELD
 from neardup.proxy.transport import jsonio
 from neardup.proxy.transport.hitscan import COLUMNS, ScanResult
@@ -48,6 +57,14 @@ _GROUP_OPEN = b',"fields":{' + jsonio.dumps(GROUP_FIELD) + b":["
 _INNER_OPEN = b']},"inner_hits":{' + jsonio.dumps(INNER_HITS_NAME) + b':{"hits":{"total":'
 _SIMILARITY_OPEN = b',"fields":{' + jsonio.dumps(SIMILARITY_FIELD) + b":["
 _SUMMARY_OPEN = b"," + jsonio.dumps(SUMMARY_KEY) + b":"
+
+try:
+    import neardup.proxy.grouping._compiled as _compiled
+except ImportError:   # not built (no cargo at install): the reference writes every page
+    _compiled = None  # type: ignore[assignment]
+
+#: Whether :func:`spliced_page` writes the usual window with the compiled writer.
+COMPILED = _compiled is not None
 
 
 @dataclass(frozen=True)
@@ -82,6 +99,36 @@ def spliced_page(rounds: Sequence[Round], start: int, size: int, threshold: floa
                  total_as_int: bool, algorithms: Algorithms) -> SplicedPage | None:
     """The page ``[start, start + size)`` (in groups) of the window the ``rounds`` hold, in
     window order, written from their bytes (see the module); None when it cannot be."""
+    if _compiled is not None and mode == "resemblance" and type(threshold) is float and 0.0 < threshold <= 1.0 \
+            and start >= 0 and size >= 0 and algorithms.version and algorithms.similar_pairs is window_pairs \
+            and algorithms.group_labels is window_labels and rounds:
+        k = algorithms.num_perm
+        written = _compiled.spliced_page([(one.raw, one.scan, one.requested) for one in rounds], start, size,
+                                         equal_slots_needed(threshold, k), total_as_int, algorithms.version.encode(),
+                                         k, WINDOW_ROWS, _similarity_texts(k), _MARKS)
+        if written is not None:
+            head, shown, collapsed, groups, window = written
+            first = rounds[0]
+            return SplicedPage([head], memoryview(first.raw)[first.scan[4]:], Page([], shown, collapsed, groups),
+                               window, window)
+    return reference_spliced_page(rounds, start, size, threshold, mode, total_as_int, algorithms)
+
+
+#: What the compiled writer puts before a kept hit's group key, before its inner hits' total and
+#: before a folded hit's similarity (as :func:`_write_kept_hit`).
+_MARKS = (_GROUP_OPEN, _INNER_OPEN, _SIMILARITY_OPEN)
+
+
+@lru_cache(maxsize=4)
+def _similarity_texts(num_perm: int) -> bytes:
+    """The similarity of ``m`` equal slots of ``num_perm`` as :func:`_similarities` writes it,
+    for every ``m``, joined by commas: a resemblance is ``m / K``."""
+    return b",".join(jsonio.dumps(round(m / max(num_perm, 1), 4)) for m in range(num_perm + 1))
+
+
+def reference_spliced_page(rounds: Sequence[Round], start: int, size: int, threshold: float, mode: Mode,
+                           total_as_int: bool, algorithms: Algorithms) -> SplicedPage | None:
+    """:func:`spliced_page` in Python: every window, and the reference of the compiled writer."""
     if not rounds:
         return None
     hits: list[tuple[bytes, list[int]]] = []

@@ -1,3 +1,0 @@
-# The compiled pair search (a Rust extension, proxy/grouping/pairs_rs): see neardup.proxy.grouping.fingerprints.
-
-def equal_slot_pairs(signatures: bytes, counts: bytes, num_perm: int, need: int, /) -> tuple[bytes, bytes, bytes]: ...
