@@ -103,13 +103,15 @@ def _spliced(plan: Plan, raws: list[tuple[bytes, int]]) -> bytes | None:
         assert scan is not None
         rounds.append(spliced_page.Round(raw, scan, requested))
     settings = plan.settings
-    page = spliced_page.spliced_page(rounds, plan.start, plan.size, settings.threshold, settings.mode,  # type: ignore[arg-type]
-                                     plan.total_as_int, ALGORITHMS)
-    if page is None:
-        return None
-    summary = collapse.summary(page.page, settings.threshold, settings.mode, page.window, page.fingerprinted, True)
-    missing_fingerprints.summarize(summary, plan, [])
-    return page.body(summary)
+
+    def summarize(page: collapse.Page, window: int, fingerprinted: int) -> dict[str, Any]:
+        summary = collapse.summary(page, settings.threshold, settings.mode, window, fingerprinted, True)
+        missing_fingerprints.summarize(summary, plan, [])
+        return summary
+
+    written = spliced_page.spliced_page(rounds, plan.start, plan.size, settings.threshold,
+                                        settings.mode, plan.total_as_int, ALGORITHMS, summarize)  # type: ignore[arg-type]
+    return None if written is None else written[0]
 
 
 def _ordered(raw: bytes) -> Any:
@@ -179,8 +181,7 @@ def test_a_hit_without_a_usable_fingerprint_is_left_to_the_general_way(change: s
         assert scan is None
         return
     assert scan is not None
-    assert spliced_page.spliced_page([spliced_page.Round(raw, scan, plan.first_window())], 0, 5, 0.8, "resemblance",
-                                     False, ALGORITHMS) is None
+    assert _spliced(plan, [(raw, plan.first_window())]) is None
 
 
 def test_a_document_in_both_rounds_is_left_to_the_general_way() -> None:

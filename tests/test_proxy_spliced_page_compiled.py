@@ -18,6 +18,7 @@ import pytest
 
 from neardup.fingerprint import Fingerprinter, FingerprintParams
 from neardup.proxy.grouping import spliced_page
+from neardup.proxy.grouping.collapse import Page
 from neardup.proxy.grouping.fingerprints import WINDOW_ROWS, default_algorithms
 from neardup.proxy.transport.hitscan import reference_scan
 from tests.compiled_support import require_built
@@ -78,15 +79,16 @@ def _rounds(rng: random.Random, hits: list[bytes], requested: int) -> list[splic
     return rounds
 
 
+def _summary(page: Page, window: int, fingerprinted: int) -> dict[str, Any]:
+    return {"page": [page.groups, page.collapsed, page.window_groups], "window": window, "read": fingerprinted}
+
+
 def _both(rounds: list[spliced_page.Round], start: int, size: int, threshold: float,
           as_int: bool) -> tuple[Any, Any]:
-    """(compiled, reference) pages as (body, page, window, fingerprinted), None for no page."""
-    def written(page: spliced_page.SplicedPage | None) -> Any:
-        return None if page is None else (page.body({"n": 1}), page.page, page.window, page.fingerprinted)
-
-    return (written(spliced_page.spliced_page(rounds, start, size, threshold, "resemblance", as_int, ALGORITHMS)),
-            written(spliced_page.reference_spliced_page(rounds, start, size, threshold, "resemblance", as_int,
-                                                        ALGORITHMS)))
+    """(compiled, reference) answers and pages, None for no page."""
+    return (spliced_page.spliced_page(rounds, start, size, threshold, "resemblance", as_int, ALGORITHMS, _summary),
+            spliced_page.reference_spliced_page(rounds, start, size, threshold, "resemblance", as_int, ALGORITHMS,
+                                                _summary))
 
 
 def test_the_compiled_writer_is_built() -> None:
@@ -99,7 +101,7 @@ def test_the_compiled_page_is_the_reference_page(seed: int) -> None:
     rng = random.Random(seed)
     answered = 0
     for _ in range(60):
-        count = rng.randrange(1, WINDOW_ROWS + 1)
+        count = rng.randrange(1, WINDOW_ROWS + 1) if rng.random() < 0.8 else rng.randrange(WINDOW_ROWS, 130)
         hits = _window(rng, count)
         rounds = _rounds(rng, hits, count + rng.choice([0, 0, 1]))
         start, size = rng.choice([0, 0, 0, 1, 3]), rng.choice([0, 1, 5, 10, count])
@@ -123,8 +125,7 @@ def test_the_usual_window_is_written_by_the_compiled_writer(monkeypatch: pytest.
         raise AssertionError("the reference was asked")
 
     monkeypatch.setattr(spliced_page, "reference_spliced_page", unreachable)
-    page = spliced_page.spliced_page(rounds, 0, 5, 0.5, "resemblance", False, ALGORITHMS)
-    assert page is not None and (page.body({"n": 1}), page.page, page.window, page.fingerprinted) == expected
+    assert spliced_page.spliced_page(rounds, 0, 5, 0.5, "resemblance", False, ALGORITHMS, _summary) == expected
 
 
 @pytest.mark.parametrize("change", ["letter", "padding", "stale_version", "huge_count", "negative_count", "too_many"])
@@ -132,7 +133,7 @@ def test_what_the_compiled_writer_cannot_be_sure_of_goes_to_the_reference(change
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     _compiled()
     rng = random.Random(9)
-    count = WINDOW_ROWS + 1 if change == "too_many" else 8
+    count = spliced_page.COMPILED_ROWS + 1 if change == "too_many" else 8
     hits = _window(rng, count)
     one = json.loads(hits[3])
     fingerprint = one["_source"]["neardup"]
@@ -161,5 +162,5 @@ def test_what_the_compiled_writer_cannot_be_sure_of_goes_to_the_reference(change
         return original(*args)
 
     monkeypatch.setattr(spliced_page, "reference_spliced_page", recorded)
-    spliced_page.spliced_page(rounds, 0, 5, 0.8, "resemblance", False, ALGORITHMS)
+    spliced_page.spliced_page(rounds, 0, 5, 0.8, "resemblance", False, ALGORITHMS, _summary)
     assert asked

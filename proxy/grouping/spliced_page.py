@@ -21,7 +21,8 @@ reads the response the general way.
 
 Two implementations write the same bytes: :func:`reference_spliced_page` here, and the compiled
 one (``proxy/grouping/compiled_rs``, a Rust extension built at install) for the usual window, at
-resemblance with the default algorithms and every fingerprint of the current scheme. The
+resemblance with the default algorithms, every fingerprint of the current scheme and at most
+:data:`COMPILED_ROWS` hits. The
 compiled one does the whole of it (signatures, pairs, groups, similarities, the bytes written)
 without a Python object per hit; where it cannot be sure of the reference's answer it leaves
 the window to the reference. The tests compare the two.
@@ -29,7 +30,7 @@ the window to the reference. The tests compare the two.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -47,7 +48,7 @@ from neardup.proxy.grouping.collapse import (
     Signatures,
     group_signatures,
 )
-from neardup.proxy.grouping.fingerprints import WINDOW_ROWS, equal_slots_needed, window_labels, window_pairs
+from neardup.proxy.grouping.fingerprints import equal_slots_needed, window_labels, window_pairs
 from neardup.proxy.grouping.similarity import ESTIMATORS, SIMILARITY_FIELD
 from neardup.proxy.transport import jsonio
 from neardup.proxy.transport.hitscan import COLUMNS, ScanResult
@@ -65,6 +66,9 @@ except ImportError:   # not built (no cargo at install): the reference writes ev
 
 #: Whether :func:`spliced_page` writes the usual window with the compiled writer.
 COMPILED = _compiled is not None
+#: The largest window the compiled writer takes: its pairs cost at worst the square of the
+#: window (a window of copies), where the reference's NumPy search sorts band keys.
+COMPILED_ROWS = 256
 
 
 @dataclass(frozen=True)
@@ -76,18 +80,9 @@ class Round:
     requested: int
 
 
-@dataclass(frozen=True)
-class SplicedPage:
-    """The answer but its summary: :meth:`body` appends the summary the caller writes."""
-
-    head: list[Any]        # bytes and memoryviews, up to the top object's closing brace
-    tail: Any              # from that brace on
-    page: Page
-    window: int            # hits in the window
-    fingerprinted: int
-
-    def body(self, summary: dict[str, Any]) -> bytes:
-        return b"".join([*self.head, _SUMMARY_OPEN, jsonio.dumps(summary), self.tail])
+#: ``summarize(page, window, fingerprinted)``: the ``neardup`` summary of ``page``, written from a
+#: window of ``window`` hits of which ``fingerprinted`` hold a fingerprint.
+Summarize = Callable[[Page, int, int], dict[str, Any]]
 
 
 def _rows(table: bytes) -> list[list[int]]:
@@ -96,27 +91,31 @@ def _rows(table: bytes) -> list[list[int]]:
 
 
 def spliced_page(rounds: Sequence[Round], start: int, size: int, threshold: float, mode: Mode,
-                 total_as_int: bool, algorithms: Algorithms) -> SplicedPage | None:
-    """The page ``[start, start + size)`` (in groups) of the window the ``rounds`` hold, in
-    window order, written from their bytes (see the module); None when it cannot be."""
+                 total_as_int: bool, algorithms: Algorithms, summarize: Summarize) -> tuple[bytes, Page] | None:
+    """The answer with the page ``[start, start + size)`` (in groups) of the window the ``rounds``
+    hold, in window order, written from their bytes with its summary (see the module), and the
+    page; None when it cannot be."""
     if _compiled is not None and mode == "resemblance" and type(threshold) is float and 0.0 < threshold <= 1.0 \
             and start >= 0 and size >= 0 and algorithms.version and algorithms.similar_pairs is window_pairs \
             and algorithms.group_labels is window_labels and rounds:
+        pages: list[Page] = []
+
+        def summary(shown: int, collapsed: int, groups: int, window: int) -> bytes:
+            pages.append(Page([], shown, collapsed, groups))
+            return jsonio.dumps(summarize(pages[0], window, window))
+
         k = algorithms.num_perm
         written = _compiled.spliced_page([(one.raw, one.scan, one.requested) for one in rounds], start, size,
                                          equal_slots_needed(threshold, k), total_as_int, algorithms.version.encode(),
-                                         k, WINDOW_ROWS, _similarity_texts(k), _MARKS)
+                                         k, COMPILED_ROWS, _similarity_texts(k), _MARKS, summary)
         if written is not None:
-            head, shown, collapsed, groups, window = written
-            first = rounds[0]
-            return SplicedPage([head], memoryview(first.raw)[first.scan[4]:], Page([], shown, collapsed, groups),
-                               window, window)
-    return reference_spliced_page(rounds, start, size, threshold, mode, total_as_int, algorithms)
+            return written[0], pages[0]
+    return reference_spliced_page(rounds, start, size, threshold, mode, total_as_int, algorithms, summarize)
 
 
-#: What the compiled writer puts before a kept hit's group key, before its inner hits' total and
-#: before a folded hit's similarity (as :func:`_write_kept_hit`).
-_MARKS = (_GROUP_OPEN, _INNER_OPEN, _SIMILARITY_OPEN)
+#: What the compiled writer puts before a kept hit's group key, before its inner hits' total,
+#: before a folded hit's similarity (as :func:`_write_kept_hit`) and before the summary.
+_MARKS = (_GROUP_OPEN, _INNER_OPEN, _SIMILARITY_OPEN, _SUMMARY_OPEN)
 
 
 @lru_cache(maxsize=4)
@@ -127,7 +126,8 @@ def _similarity_texts(num_perm: int) -> bytes:
 
 
 def reference_spliced_page(rounds: Sequence[Round], start: int, size: int, threshold: float, mode: Mode,
-                           total_as_int: bool, algorithms: Algorithms) -> SplicedPage | None:
+                           total_as_int: bool, algorithms: Algorithms, summarize: Summarize
+                           ) -> tuple[bytes, Page] | None:
     """:func:`spliced_page` in Python: every window, and the reference of the compiled writer."""
     if not rounds:
         return None
@@ -172,7 +172,9 @@ def reference_spliced_page(rounds: Sequence[Round], start: int, size: int, thres
         _write_kept_hit(head, hits, members, similarities, total_as_int)
         collapsed += len(members) - 1
     head.append(view[hits_end - 1:close])
-    return SplicedPage(head, view[close:], Page([], len(shown), collapsed, len(groups)), len(hits), fingerprinted)
+    page = Page([], len(shown), collapsed, len(groups))
+    summary = jsonio.dumps(summarize(page, len(hits), fingerprinted))
+    return b"".join([*head, _SUMMARY_OPEN, summary, view[close:]]), page
 
 
 def _signatures(hits: Sequence[tuple[bytes, list[int]]], algorithms: Algorithms) -> Signatures | None:

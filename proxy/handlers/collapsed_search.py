@@ -216,14 +216,19 @@ def _spliced_answer(state: ProxyState, incoming: Incoming, plan: Plan, halves: l
         window.append(spliced_page.Round(raw, scan, size))
     settings = plan.settings
     mode: SignatureMode = "containment" if settings.mode == "containment" else "resemblance"
-    page = spliced_page.spliced_page(window, plan.start, plan.size, settings.threshold, mode, plan.total_as_int,
-                                     state.algorithms)
-    if page is None:
+
+    def summarize(page: collapse.Page, hits: int, fingerprinted: int) -> dict[str, Any]:
+        summary = collapse.summary(page, settings.threshold, settings.mode, hits, fingerprinted, True)
+        missing_fingerprints.summarize(summary, plan, [])
+        return summary
+
+    written = spliced_page.spliced_page(window, plan.start, plan.size, settings.threshold, mode, plan.total_as_int,
+                                        state.algorithms, summarize)
+    if written is None:
         return None
-    summary = collapse.summary(page.page, settings.threshold, settings.mode, page.window, page.fingerprinted, True)
-    missing_fingerprints.summarize(summary, plan, [])
-    exchange.record(state, incoming, page.page.collapsed)
-    return exchange.upstream_response(incoming, 200, rounds[0][1], page.body(summary))
+    body, page = written
+    exchange.record(state, incoming, page.collapsed)
+    return exchange.upstream_response(incoming, 200, rounds[0][1], body)
 
 
 async def _together(fetches: list[Any]) -> list[Any]:

@@ -58,13 +58,13 @@ type Scan<'py> = (i64, i64, i64, i64, i64, Bound<'py, PyBytes>);
 type Written<'py> = (Bound<'py, PyBytes>, usize, usize, usize, usize);
 
 /// spliced_page(rounds, start, size, need, total_as_int, version, num_perm, max_rows,
-///              similarities, marks) -> (head, shown, collapsed, groups, window) | None
+///              similarities, marks, summary) -> (body, shown, collapsed, groups, window) | None
 ///
 /// rounds: (bytes, their hitscan scan, hits asked) per upstream answer of the window;
 /// similarities: the texts of a similarity of m equal slots, m = 0..=num_perm, joined by
-/// commas; marks: what goes
-/// before a kept hit's group key, before its inner hits' total, before a folded hit's
-/// similarity. None: the reference decides.
+/// commas; marks: what goes before a kept hit's group key, before its inner hits' total, before
+/// a folded hit's similarity and before the summary; summary(shown, collapsed, groups, window):
+/// the summary's JSON, written before the response's closing brace. None: the reference decides.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 fn spliced_page<'py>(
@@ -78,8 +78,9 @@ fn spliced_page<'py>(
     num_perm: usize,
     max_rows: usize,
     similarities: &[u8],
-    marks: (Vec<u8>, Vec<u8>, Vec<u8>),
-) -> Option<Written<'py>> {
+    marks: (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>),
+    summary: Bound<'py, PyAny>,
+) -> PyResult<Option<Written<'py>>> {
     let rounds: Vec<page::Round> = rounds
         .iter()
         .map(
@@ -107,14 +108,27 @@ fn spliced_page<'py>(
         inner_open: &marks.1,
         similarity_open: &marks.2,
     };
-    let written = page::spliced(&rounds, &settings)?;
-    Some((
-        PyBytes::new(py, &written.head),
-        written.shown,
-        written.collapsed,
-        written.groups,
-        written.window,
-    ))
+    let Some(written) = page::spliced(&rounds, &settings) else {
+        return Ok(None);
+    };
+    let summary = summary.call1((written.shown, written.collapsed, written.groups, written.window))?;
+    let summary = summary.cast::<PyBytes>()?.as_bytes();
+    // The answer in one buffer of its exact length: its pieces are most of the upstream's bytes.
+    let pieces = written
+        .head
+        .iter()
+        .map(|piece| piece.as_ref())
+        .chain([marks.3.as_slice(), summary, written.tail]);
+    let length = pieces.clone().map(<[u8]>::len).sum();
+    let body = PyBytes::new_with(py, length, |buffer| {
+        let mut at = 0;
+        for piece in pieces {
+            buffer[at..at + piece.len()].copy_from_slice(piece);
+            at += piece.len();
+        }
+        Ok(())
+    })?;
+    Ok(Some((body, written.shown, written.collapsed, written.groups, written.window)))
 }
 
 #[pymodule]

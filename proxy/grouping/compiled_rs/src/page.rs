@@ -15,10 +15,14 @@
 //! slow way, a count or `took` outside 64 or 128 bits), or no page at all (a repeated document,
 //! a window that does not fill the page). The caller then asks the reference.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::pairs::{labels, pairs};
+use crate::pairs::{banded_pairs, labels, pairs};
 
+/// Most rows whose pairs are all compared; a larger window's are found among band keys.
+const ALL_PAIRS_ROWS: usize = 32;
 /// Little-endian int64 per hit in a scan's table (`proxy.transport.hitscan.COLUMNS`).
 pub const COLUMNS: usize = 16;
 const START: usize = 0;
@@ -62,10 +66,12 @@ pub struct Settings<'a> {
     pub similarity_open: &'a [u8],
 }
 
-/// The page written but its summary.
-pub struct Page {
+/// The page to write but its summary: the caller joins `head`, the summary and `tail`.
+pub struct Page<'a> {
     /// the first response's bytes up to its closing brace, the page in place of its hits
-    pub head: Vec<u8>,
+    pub head: Vec<Cow<'a, [u8]>>,
+    /// the first response from its closing brace on
+    pub tail: &'a [u8],
     pub shown: usize,
     pub collapsed: usize,
     pub groups: usize,
@@ -136,11 +142,30 @@ fn decode_base64(text: &[u8], out: &mut [u8]) -> Option<()> {
     (seen & 0x40 == 0).then_some(()) // only INVALID has this bit
 }
 
+/// A multiply-rotate hash of the few identities of a window (FxHash's): their texts come from
+/// the upstream, and at most `max_rows` of them keep a worst case small.
+#[derive(Default)]
+struct IdentityHasher(u64);
+
+impl Hasher for IdentityHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(0x51_7C_C1_B7_27_22_0A_95);
+        }
+    }
+}
+
 /// Every hit of the rounds in window order, None at a repeated document (same `_index`, `_id`
 /// and `_routing`), and whether the last round had fewer hits than asked (no more exist).
 fn window_hits<'a>(rounds: &[Round<'a>]) -> Option<(Vec<Hit<'a>>, bool)> {
     let mut hits = Vec::new();
-    let mut seen = HashSet::new();
+    let mut seen: HashSet<_, BuildHasherDefault<IdentityHasher>> = HashSet::default();
     let mut exhausted = false;
     for round in rounds {
         if !round.table.len().is_multiple_of(8 * COLUMNS) {
@@ -194,7 +219,8 @@ fn signatures(hits: &[Hit], settings: &Settings) -> Option<(Vec<u64>, Vec<i64>)>
 /// The groups of the window (each its members in rank order), in the order of their first.
 fn groups(signatures: &[u64], counts: &[i64], settings: &Settings) -> Vec<Vec<usize>> {
     let rows = counts.len();
-    let (lo, hi, _) = pairs(signatures, counts, settings.num_perm, settings.need);
+    let find = if rows <= ALL_PAIRS_ROWS { pairs } else { banded_pairs };
+    let (lo, hi, _) = find(signatures, counts, settings.num_perm, settings.need);
     let label = labels(rows, &lo, &hi);
     let mut group_of = vec![0; rows];
     let mut groups: Vec<Vec<usize>> = Vec::new();
@@ -209,7 +235,7 @@ fn groups(signatures: &[u64], counts: &[i64], settings: &Settings) -> Vec<Vec<us
     groups
 }
 
-pub fn spliced(rounds: &[Round], settings: &Settings) -> Option<Page> {
+pub fn spliced<'a>(rounds: &[Round<'a>], settings: &Settings<'a>) -> Option<Page<'a>> {
     let first = rounds.first()?;
     let mut took: i128 = 0;
     for round in rounds {
@@ -234,27 +260,28 @@ pub fn spliced(rounds: &[Round], settings: &Settings) -> Option<Page> {
     let hits_end = usize::try_from(first.hits.1).ok()?;
     let close = usize::try_from(first.close).ok()?;
     let closing = raw.get(hits_end.checked_sub(1)?..close)?;
-    let mut head = Vec::with_capacity(raw.len() + 512 * shown.len());
+    let mut head: Vec<Cow<'a, [u8]>> = Vec::with_capacity(4 + 16 * shown.len());
     if raw.get(took_start..took_end)? == took_text {
-        head.extend_from_slice(raw.get(..=hits_start)?);
+        head.push(raw.get(..=hits_start)?.into());
     } else if took_end <= hits_start {
-        head.extend_from_slice(&raw[..took_start]);
-        head.extend_from_slice(&took_text);
-        head.extend_from_slice(raw.get(took_end..=hits_start)?);
+        head.push(raw[..took_start].into());
+        head.push(took_text.into());
+        head.push(raw.get(took_end..=hits_start)?.into());
     } else {
         return None;
     }
     let mut collapsed = 0;
     for (number, members) in shown.iter().enumerate() {
         if number > 0 {
-            head.push(b',');
+            head.push(b",".into());
         }
         write_kept_hit(&mut head, &hits, members, &signatures, &counts, settings)?;
         collapsed += members.len() - 1;
     }
-    head.extend_from_slice(closing);
+    head.push(closing.into());
     Some(Page {
         head,
+        tail: raw.get(close..)?,
         shown: shown.len(),
         collapsed,
         groups: groups.len(),
@@ -263,50 +290,54 @@ pub fn spliced(rounds: &[Round], settings: &Settings) -> Option<Page> {
 }
 
 /// A kept hit with its group key and its folded hits, as the reference's `_write_kept_hit`.
-fn write_kept_hit(
-    out: &mut Vec<u8>,
-    hits: &[Hit],
+fn write_kept_hit<'a>(
+    out: &mut Vec<Cow<'a, [u8]>>,
+    hits: &[Hit<'a>],
     members: &[usize],
     signatures: &[u64],
     counts: &[i64],
-    settings: &Settings,
+    settings: &Settings<'a>,
 ) -> Option<()> {
     let k = settings.num_perm;
     let kept = &hits[members[0]];
     let others = members.len() - 1;
-    out.extend_from_slice(kept.open()?);
-    out.extend_from_slice(settings.group_open);
-    out.push(b'"');
-    out.extend_from_slice(kept.value(INDEX)?);
-    out.push(b'/');
-    out.extend_from_slice(kept.value(ID)?);
-    out.push(b'"');
-    out.extend_from_slice(settings.inner_open);
-    if settings.total_as_int {
-        out.extend_from_slice(others.to_string().as_bytes());
+    let total = if settings.total_as_int {
+        others.to_string()
     } else {
-        out.extend_from_slice(format!("{{\"value\":{others},\"relation\":\"eq\"}}").as_bytes());
-    }
-    out.extend_from_slice(b",\"max_score\":");
-    out.extend_from_slice(max_score(hits, &members[1..])?);
-    out.extend_from_slice(b",\"hits\":[");
+        format!("{{\"value\":{others},\"relation\":\"eq\"}}")
+    };
+    out.extend([
+        kept.open()?.into(),
+        settings.group_open.into(),
+        b"\"".into(),
+        kept.value(INDEX)?.into(),
+        b"/".into(),
+        kept.value(ID)?.into(),
+        b"\"".into(),
+        settings.inner_open.into(),
+        total.into_bytes().into(),
+        b",\"max_score\":".into(),
+        max_score(hits, &members[1..])?.into(),
+        b",\"hits\":[".into(),
+    ]);
     let a = &signatures[members[0] * k..(members[0] + 1) * k];
     for (number, &member) in members[1..].iter().enumerate() {
-        if number > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(hits[member].open()?);
-        out.extend_from_slice(settings.similarity_open);
         let b = &signatures[member * k..(member + 1) * k];
         let equal = if counts[members[0]] > 0 && counts[member] > 0 {
             a.iter().zip(b).filter(|(x, y)| x == y).count()
         } else {
             0
         };
-        out.extend_from_slice(settings.similarities[equal]);
-        out.extend_from_slice(b"]}}");
+        let separator: &[u8] = if number > 0 { b"," } else { b"" };
+        out.extend([
+            separator.into(),
+            hits[member].open()?.into(),
+            settings.similarity_open.into(),
+            settings.similarities[equal].into(),
+            b"]}}".into(),
+        ]);
     }
-    out.extend_from_slice(b"]}}}}");
+    out.push(b"]}}}}".into());
     Some(())
 }
 
