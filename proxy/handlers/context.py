@@ -82,9 +82,15 @@ class Item:
 async def read_body(request: web.Request, limit: int) -> bytes:
     """The whole request body as received; 413 when it exceeds ``limit`` bytes."""
     errors.check_declared_length(request.content_length, limit)
+    content = request.content
+    if content.is_eof() and content.exception() is None:   # the whole body came with the head
+        whole = content.read_nowait()
+        if len(whole) > limit:
+            raise errors.body_too_large(None, limit)
+        return whole
     data = bytearray()
     try:
-        async for chunk in request.content.iter_any():
+        async for chunk in content.iter_any():
             data += chunk
             if len(data) > limit:
                 raise errors.body_too_large(None, limit)
