@@ -56,7 +56,8 @@ STAGES = (
     ("neardup.proxy.grouping.collapse", "build_page"), ("neardup.proxy.handlers.exchange", "respond"),
     ("neardup.proxy.transport.jsonio", "dumps"),
     ("neardup.proxy.handlers.collapsed_search", "_spliced_answer"), ("neardup.proxy.transport.hitscan", "scan"),
-    ("neardup.proxy.grouping.spliced_page", "spliced_page"), ("neardup.proxy.grouping.spliced_page", "_signatures"),
+    ("neardup.proxy.grouping.spliced_page", "spliced_page"),
+    ("neardup.proxy.grouping.spliced_page", "reference_spliced_page"), ("neardup.proxy.grouping.spliced_page", "_signatures"),
     ("neardup.proxy.grouping.spliced_page", "group_signatures"), ("neardup.proxy.handlers.exchange", "upstream_response"),
 )
 
@@ -97,7 +98,14 @@ def serve_timed(port: int, es_url: str, dump: str) -> None:
         if owner:
             target = getattr(target, owner)
         name = f"{owner or module_name.rsplit('.', 1)[1]}.{attribute}"
-        setattr(target, attribute, _timed(name, getattr(target, attribute), totals))
+        original = getattr(target, attribute)
+        timed = _timed(name, original, totals)
+        setattr(target, attribute, timed)
+        # and in every module that imported it by name, so that each still finds the same function
+        # (the compiled page writer stands in only for the default algorithms' own functions)
+        for module in list(sys.modules.values()):
+            if getattr(module, "__name__", "").startswith("neardup.") and getattr(module, attribute, None) is original:
+                setattr(module, attribute, timed)
 
     def write(*_: Any) -> None:
         Path(dump).write_text(json.dumps(totals))
