@@ -128,6 +128,35 @@ def test_the_usual_window_is_written_by_the_compiled_writer(monkeypatch: pytest.
     assert spliced_page.spliced_page(rounds, 0, 5, 0.5, "resemblance", False, ALGORITHMS, _summary) == expected
 
 
+@pytest.mark.parametrize("case", ["unfilled", "repeated"])
+def test_no_page_is_answered_without_the_reference(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window that does not fill the page, or that holds a document twice, has no page: the
+    reference finds none either, and is not asked again."""
+    _compiled()
+    hits = _window(random.Random(4), 8)
+    if case == "unfilled":   # every hit a copy of the first: one group, and more hits exist
+        copy = next(print_ for hit in hits if (print_ := json.loads(hit)["_source"]["neardup"])["n"] > 0)
+        for number in range(len(hits)):
+            one = json.loads(hits[number])
+            one["_source"]["neardup"] = copy
+            hits[number] = json.dumps(one, separators=(",", ":")).encode()
+        raws = [(_response(hits, "4"), len(hits))]
+    else:   # the same document in both halves
+        raws = [(_response(hits[:5], "4"), 5), (_response(hits[4:], "6"), 4)]
+    rounds = []
+    for raw, requested in raws:
+        scan = reference_scan(raw)
+        assert scan is not None
+        rounds.append(spliced_page.Round(raw, scan, requested))
+    assert _both(rounds, 0, 5, 0.8, False) == (None, None)
+
+    def unreachable(*args: Any) -> None:
+        raise AssertionError("the reference was asked")
+
+    monkeypatch.setattr(spliced_page, "reference_spliced_page", unreachable)
+    assert spliced_page.spliced_page(rounds, 0, 5, 0.8, "resemblance", False, ALGORITHMS, _summary) is None
+
+
 @pytest.mark.parametrize("change", ["letter", "padding", "stale_version", "huge_count", "negative_count", "too_many"])
 def test_what_the_compiled_writer_cannot_be_sure_of_goes_to_the_reference(change: str,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,6 +2,7 @@
 # neardup.proxy.grouping.fingerprints (equal_slot_pairs) and neardup.proxy.grouping.spliced_page.
 
 from collections.abc import Callable
+from typing import Literal
 
 def equal_slot_pairs(signatures: bytes, counts: bytes, num_perm: int, need: int, /) -> tuple[bytes, bytes, bytes]: ...
 def spliced_page(
@@ -17,4 +18,4 @@ def spliced_page(
     marks: tuple[bytes, bytes, bytes, bytes],
     summary: Callable[[int, int, int, int], bytes],
     /,
-) -> tuple[bytes, int, int, int, int] | None: ...
+) -> tuple[bytes, int, int, int, int] | Literal[False] | None: ...

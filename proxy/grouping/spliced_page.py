@@ -22,10 +22,10 @@ reads the response the general way.
 Two implementations write the same bytes: :func:`reference_spliced_page` here, and the compiled
 one (``proxy/grouping/compiled_rs``, a Rust extension built at install) for the usual window, at
 resemblance with the default algorithms, every fingerprint of the current scheme and at most
-:data:`COMPILED_ROWS` hits. The
-compiled one does the whole of it (signatures, pairs, groups, similarities, the bytes written)
-without a Python object per hit; where it cannot be sure of the reference's answer it leaves
-the window to the reference. The tests compare the two.
+:data:`COMPILED_ROWS` hits. The compiled one does the whole of it (signatures, pairs, groups, similarities, the bytes written)
+without a Python object per hit, and answers no page where the reference answers none (a
+repeated document, a window that does not fill the page); where it cannot be sure of the
+reference's answer it leaves the window to the reference. The tests compare the two.
 """
 
 from __future__ import annotations
@@ -108,6 +108,8 @@ def spliced_page(rounds: Sequence[Round], start: int, size: int, threshold: floa
         written = _compiled.spliced_page([(one.raw, one.scan, one.requested) for one in rounds], start, size,
                                          equal_slots_needed(threshold, k), total_as_int, algorithms.version.encode(),
                                          k, COMPILED_ROWS, _similarity_texts(k), _MARKS, summary)
+        if written is False:   # no page, as the reference would find
+            return None
         if written is not None:
             return written[0], pages[0]
     return reference_spliced_page(rounds, start, size, threshold, mode, total_as_int, algorithms, summarize)

@@ -12,7 +12,7 @@ mod pairs;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBool, PyBytes};
 
 fn words<T, const N: usize>(raw: &[u8], read: fn([u8; N]) -> T) -> Vec<T> {
     raw.chunks_exact(N)
@@ -55,16 +55,16 @@ fn equal_slot_pairs<'py>(
 }
 
 type Scan<'py> = (i64, i64, i64, i64, i64, Bound<'py, PyBytes>);
-type Written<'py> = (Bound<'py, PyBytes>, usize, usize, usize, usize);
 
 /// spliced_page(rounds, start, size, need, total_as_int, version, num_perm, max_rows,
-///              similarities, marks, summary) -> (body, shown, collapsed, groups, window) | None
+///              similarities, marks, summary) -> (body, shown, collapsed, groups, window) | False | None
 ///
 /// rounds: (bytes, their hitscan scan, hits asked) per upstream answer of the window;
 /// similarities: the texts of a similarity of m equal slots, m = 0..=num_perm, joined by
 /// commas; marks: what goes before a kept hit's group key, before its inner hits' total, before
 /// a folded hit's similarity and before the summary; summary(shown, collapsed, groups, window):
-/// the summary's JSON, written before the response's closing brace. None: the reference decides.
+/// the summary's JSON, written before the response's closing brace. False: no page (the
+/// reference answers none too); None: the reference decides.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 fn spliced_page<'py>(
@@ -80,7 +80,7 @@ fn spliced_page<'py>(
     similarities: &[u8],
     marks: (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>),
     summary: Bound<'py, PyAny>,
-) -> PyResult<Option<Written<'py>>> {
+) -> PyResult<Bound<'py, PyAny>> {
     let rounds: Vec<page::Round> = rounds
         .iter()
         .map(
@@ -108,8 +108,10 @@ fn spliced_page<'py>(
         inner_open: &marks.1,
         similarity_open: &marks.2,
     };
-    let Some(written) = page::spliced(&rounds, &settings) else {
-        return Ok(None);
+    let written = match page::spliced(&rounds, &settings) {
+        None => return Ok(py.None().into_bound(py)),
+        Some(page::Answer::NoPage) => return Ok(PyBool::new(py, false).to_owned().into_any()),
+        Some(page::Answer::Page(written)) => written,
     };
     let summary = summary.call1((written.shown, written.collapsed, written.groups, written.window))?;
     let summary = summary.cast::<PyBytes>()?.as_bytes();
@@ -128,7 +130,9 @@ fn spliced_page<'py>(
         }
         Ok(())
     })?;
-    Ok(Some((body, written.shown, written.collapsed, written.groups, written.window)))
+    Ok((body, written.shown, written.collapsed, written.groups, written.window)
+        .into_pyobject(py)?
+        .into_any())
 }
 
 #[pymodule]

@@ -10,10 +10,11 @@
 //! and its folded hits (each with its similarity) appended, then the first response from its
 //! hits' `]` to its closing brace. The caller appends the summary and the rest.
 //!
-//! `spliced` answers None whenever the reference may answer otherwise than this: a window the
-//! reference does not group this way (more than `max_rows` hits, a `sig` it would read the
-//! slow way, a count or `took` outside 64 or 128 bits), or no page at all (a repeated document,
-//! a window that does not fill the page). The caller then asks the reference.
+//! `spliced` answers `NoPage` where the reference answers no page at all (a repeated document,
+//! a window that does not fill the page), and None wherever the reference may answer otherwise
+//! than this: a window the reference does not group this way (more than `max_rows` hits, a
+//! `sig` it would read the slow way, a count or `took` outside 64 or 128 bits). The caller then
+//! asks the reference.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -64,6 +65,13 @@ pub struct Settings<'a> {
     pub group_open: &'a [u8],
     pub inner_open: &'a [u8],
     pub similarity_open: &'a [u8],
+}
+
+/// What `spliced` answers where it is sure of the reference's answer: a page, or none (a
+/// repeated document, or a window that does not fill the page).
+pub enum Answer<'a> {
+    Page(Page<'a>),
+    NoPage,
 }
 
 /// The page to write but its summary: the caller joins `head`, the summary and `tail`.
@@ -161,9 +169,11 @@ impl Hasher for IdentityHasher {
     }
 }
 
-/// Every hit of the rounds in window order, None at a repeated document (same `_index`, `_id`
-/// and `_routing`), and whether the last round had fewer hits than asked (no more exist).
-fn window_hits<'a>(rounds: &[Round<'a>]) -> Option<(Vec<Hit<'a>>, bool)> {
+/// Every hit of the rounds in window order (None at a repeated document: same `_index`, `_id`
+/// and `_routing`), and whether the last round had fewer hits than asked (no more exist); the
+/// outer None: a table the hits cannot be read from.
+#[allow(clippy::type_complexity)]
+fn window_hits<'a>(rounds: &[Round<'a>]) -> Option<Option<(Vec<Hit<'a>>, bool)>> {
     let mut hits = Vec::new();
     let mut seen: HashSet<_, BuildHasherDefault<IdentityHasher>> = HashSet::default();
     let mut exhausted = false;
@@ -171,22 +181,21 @@ fn window_hits<'a>(rounds: &[Round<'a>]) -> Option<(Vec<Hit<'a>>, bool)> {
         if !round.table.len().is_multiple_of(8 * COLUMNS) {
             return None;
         }
-        let rows = round.table.len() / (8 * COLUMNS);
-        for chunk in round.table.chunks_exact(8 * COLUMNS) {
-            let mut row = [0i64; COLUMNS];
-            for (value, word) in row.iter_mut().zip(chunk.chunks_exact(8)) {
-                *value = i64::from_le_bytes(word.try_into().ok()?);
-            }
-            let hit = Hit { raw: round.raw, row };
+        let values = crate::words(round.table, i64::from_le_bytes);
+        for row in values.chunks_exact(COLUMNS) {
+            let hit = Hit {
+                raw: round.raw,
+                row: row.try_into().ok()?,
+            };
             hit.open()?;
-            if row[ID] >= 0 && !seen.insert((hit.value(INDEX)?, hit.value(ID)?, hit.value(ROUTING)?)) {
-                return None;
+            if hit.row[ID] >= 0 && !seen.insert((hit.value(INDEX)?, hit.value(ID)?, hit.value(ROUTING)?)) {
+                return Some(None);
             }
             hits.push(hit);
         }
-        exhausted = rows < round.requested;
+        exhausted = values.len() / COLUMNS < round.requested;
     }
-    Some((hits, exhausted))
+    Some(Some((hits, exhausted)))
 }
 
 /// The hits' signatures (rows × K) and shingle counts, None unless every one is usable as is.
@@ -210,10 +219,7 @@ fn signatures(hits: &[Hit], settings: &Settings) -> Option<(Vec<u64>, Vec<i64>)>
         }
         decode_base64(sig, signature)?;
     }
-    let words = bytes
-        .chunks_exact(8)
-        .map(|word| u64::from_le_bytes(word.try_into().expect("8 bytes")));
-    Some((words.collect(), counts))
+    Some((crate::words(&bytes, u64::from_le_bytes), counts))
 }
 
 /// The groups of the window (each its members in rank order), in the order of their first.
@@ -235,13 +241,15 @@ fn groups(signatures: &[u64], counts: &[i64], settings: &Settings) -> Vec<Vec<us
     groups
 }
 
-pub fn spliced<'a>(rounds: &[Round<'a>], settings: &Settings<'a>) -> Option<Page<'a>> {
+pub fn spliced<'a>(rounds: &[Round<'a>], settings: &Settings<'a>) -> Option<Answer<'a>> {
     let first = rounds.first()?;
     let mut took: i128 = 0;
     for round in rounds {
         took = took.max(integer(span(round.raw, round.took.0, round.took.1)?)?);
     }
-    let (hits, exhausted) = window_hits(rounds)?;
+    let Some((hits, exhausted)) = window_hits(rounds)? else {
+        return Some(Answer::NoPage); // the same document twice
+    };
     if hits.len() > settings.max_rows || settings.need == 0 || settings.need > settings.num_perm {
         return None;
     }
@@ -249,7 +257,7 @@ pub fn spliced<'a>(rounds: &[Round<'a>], settings: &Settings<'a>) -> Option<Page
     let groups = groups(&signatures, &counts, settings);
     let wanted = settings.start.saturating_add(settings.size);
     if groups.len() < wanted && !exhausted {
-        return None; // another round, or a deep page
+        return Some(Answer::NoPage); // another round, or a deep page
     }
     let shown = &groups[settings.start.min(groups.len())..wanted.min(groups.len())];
 
@@ -268,7 +276,7 @@ pub fn spliced<'a>(rounds: &[Round<'a>], settings: &Settings<'a>) -> Option<Page
         head.push(took_text.into());
         head.push(raw.get(took_end..=hits_start)?.into());
     } else {
-        return None;
+        return Some(Answer::NoPage);
     }
     let mut collapsed = 0;
     for (number, members) in shown.iter().enumerate() {
@@ -279,14 +287,14 @@ pub fn spliced<'a>(rounds: &[Round<'a>], settings: &Settings<'a>) -> Option<Page
         collapsed += members.len() - 1;
     }
     head.push(closing.into());
-    Some(Page {
+    Some(Answer::Page(Page {
         head,
         tail: raw.get(close..)?,
         shown: shown.len(),
         collapsed,
         groups: groups.len(),
         window: hits.len(),
-    })
+    }))
 }
 
 /// A kept hit with its group key and its folded hits, as the reference's `_write_kept_hit`.
