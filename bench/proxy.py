@@ -623,7 +623,8 @@ def targets(rows: list[dict[str, Any]], pin: bool) -> list[tuple[str, list[float
 
 def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str, total_docs: int,
            load_before: str, workers: int = 1, pin: bool = False,
-           gzip_levels: list[dict[str, Any]] | None = None, baseline: bool = False) -> str:
+           gzip_levels: list[dict[str, Any]] | None = None, baseline: str = "") -> str:
+    """The section's text; ``baseline``: the revision ``--baseline`` ran, empty without it."""
     lines = [PINNED_SECTION if pin else SECTION, "", f"Command: `{command}`", "",
              f"Reuters-21578 ({total_docs} stories) enriched by `neardup index`, one shard; `match` on "
              "`title` with three words of a real title; every setting sends the same queries to each "
@@ -636,8 +637,8 @@ def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str,
              f"({workers} worker{'s' if workers > 1 else ''}) passing the search through (`neardup=off`) "
              "and collapsing it; and with `Accept-Encoding: gzip`, the floor passing Elasticsearch's gzip "
              "bytes, the proxy passing them through, and the proxy collapsing (compressing its own answer). "
-             + ("A second `neardup proxy`, run from another checkout (`--baseline`), passes through and "
-                "collapses beside it (the rows marked baseline). " if baseline else "")
+             + (f"A second `neardup proxy`, run from another checkout (`--baseline`, at {baseline}), passes "
+                "through and collapses beside it (the rows marked baseline). " if baseline else "")
              + ("Pinned (`--pin`): Elasticsearch and the load generator on CPU 0, the proxies on CPU 1. "
                 if pin else "Load generator, proxies and Elasticsearch share the 2 cores. ")
              + "CPU per request of the process serving the target (nginx: master and worker) and of "
@@ -762,7 +763,9 @@ def main() -> int:
     command = "python bench/proxy.py --es URL" + (f" --requests {args.requests}" if args.requests != 400 else "") \
         + (" --index NAME" if args.index else "") + (f" --workers {args.workers}" if args.workers != 1 else "") \
         + (" --pin" if args.pin else "") + (" --baseline TREE" if args.baseline else "")
-    text = report(rows, grouping, command, total, load_before, args.workers, args.pin, gzip_levels, bool(args.baseline))
+    revision = subprocess.run(["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"], check=True,
+                              capture_output=True, text=True).stdout.strip() if args.baseline else ""
+    text = report(rows, grouping, command, total, load_before, args.workers, args.pin, gzip_levels, revision)
     print(text)
     if args.results:
         write_section(args.results, text)

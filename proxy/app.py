@@ -193,13 +193,13 @@ def _log_access(request: web.Request, response: web.StreamResponse, elapsed: flo
             "client.address": request.remote,
         }
 
+    message = f"{request.method} {raw_path} {response.status} {elapsed * 1000:.1f}ms {request[OUTCOME] or ''}"
     handler = direct_handler(access_log, logging.INFO)
-    if handler is not None:   # the line logging would write, without a LogRecord
-        message = f"{request.method} {raw_path} {response.status} {elapsed * 1000:.1f}ms {request[OUTCOME] or ''}"
-        if write_direct(handler, format_direct(handler, logging.INFO, access_log.name, message, fields)):
-            return
-    access_log.info("%s %s %s %.1fms %s", request.method, raw_path, response.status,
-                    elapsed * 1000, request[OUTCOME] or "", extra={"fields": fields()})
+    # the line logging would write, without a LogRecord, where the handler allows it
+    if handler is not None and write_direct(handler, format_direct(handler, logging.INFO, access_log.name,
+                                                                   message, fields)):
+        return
+    access_log.info("%s", message, extra={"fields": fields()})
 
 
 @functools.lru_cache(maxsize=256)

@@ -312,22 +312,17 @@ def reference_scan(raw: bytes) -> ScanResult | None:
         return None
 
 
-def _compiled() -> Callable[[bytes], ScanResult | None] | None:
-    try:
-        import neardup.proxy.transport._hitscan as _hitscan
-    except ImportError:
-        return None
-    compiled: Callable[[bytes], ScanResult | None] = _hitscan.scan
-    return compiled
+try:
+    import neardup.proxy.transport._hitscan as _hitscan
+except ImportError:   # not built (no cargo at install): no response is scanned
+    _hitscan = None  # type: ignore[assignment]
 
-
-_compiled_scan = _compiled()
 #: Whether the compiled scan is loaded (the extension is built when neardup is installed on a
 #: machine with a Rust toolchain).
-COMPILED = _compiled_scan is not None
+COMPILED = _hitscan is not None
 
 
 def scan(raw: bytes) -> ScanResult | None:
     """The scan of ``raw`` (see the module) by the compiled implementation; None for every
     response when it is not loaded."""
-    return _compiled_scan(raw) if _compiled_scan is not None else None
+    return _hitscan.scan(raw) if _hitscan is not None else None
