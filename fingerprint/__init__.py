@@ -9,7 +9,14 @@ import), :mod:`neardup.fingerprint.model` for the stored field layout and
 """
 
 from neardup.fingerprint.fingerprinter import Fingerprinter
-from neardup.fingerprint.model import FIELD, Fingerprint, FingerprintFormatError, es_mapping, read_signatures
+from neardup.fingerprint.model import (
+    FIELD,
+    RETIRED_KEYS,
+    Fingerprint,
+    FingerprintFormatError,
+    es_mapping,
+    read_signatures,
+)
 from neardup.fingerprint.params import ALGORITHM_VERSION, FingerprintParams, scheme_version
 from neardup.fingerprint.similarity import (
     estimated_containment,
@@ -27,6 +34,7 @@ __all__ = [
     "FingerprintFormatError",
     "FingerprintParams",
     "Fingerprinter",
+    "RETIRED_KEYS",
     "read_signatures",
     "es_mapping",
     "estimated_containment",

@@ -5,20 +5,24 @@ A fingerprint is stored in each document under :data:`FIELD` as::
     {"v": "1-3fa9c2d10b",        # scheme version: fingerprints of another version are not comparable
      "sig": "<base64>",          # the K minhashes, little-endian uint64, standard base64 (8K bytes)
      "n": 123,                   # distinct shingles in the document (0 = no words at all)
-     "super": ["<16 hex>", ...], # G supershingles, lowercase hex of the uint64 value
-     "mega": ["<16 hex>", ...]}  # G(G-1)/2 megashingles, same format
+     "super": ["<16 hex>", ...]} # G supershingles, lowercase hex of the uint64 value
 
 The *empty* fingerprint (a document without a single word token) has ``n = 0``, a
-signature of all ``2^64 - 1`` and **no** supershingles or megashingles (empty lists), so it
-shares no term with anything and every similarity with it is 0.
+signature of all ``2^64 - 1`` and **no** supershingles (an empty list), so it shares no term
+with anything and every similarity with it is 0.
 
 ``sig`` is stored as ``binary`` (not indexed, no doc values: it is only read back in
 ``_source``); ``super`` as an indexed ``keyword`` array without doc values, so candidate
 near-duplicates can be found with ``term`` queries (nothing sorts or aggregates on it);
-``mega`` as a ``keyword`` that is neither indexed nor has doc values: a document sharing a
-megashingle shares its two supershingles, so the candidate query needs the supershingles only
-(:mod:`neardup.fingerprint.matching`), and megashingles are only read back in ``_source``;
 ``v`` as ``keyword`` to find stale documents.
+
+The G(G-1)/2 megashingles are hashes of pairs of supershingles, so they are computed from
+``super`` when read, not stored: a document sharing a megashingle shares its two
+supershingles, so the candidate query needs the supershingles only
+(:mod:`neardup.fingerprint.matching`), and a stored copy would only lengthen every search
+answer that returns ``_source``. Documents enriched by earlier versions hold them as ``mega``
+(:data:`RETIRED_KEYS`): readers ignore it, writers clear it, and the mapping keeps it neither
+indexed nor with doc values.
 """
 
 from __future__ import annotations
@@ -44,7 +48,11 @@ FIELD = "neardup"
 
 _VERSION = re.compile(r"^[0-9]+-[0-9a-f]{10}$")
 _HEX16 = re.compile(r"^[0-9a-f]{16}$")
-_KEYS = ("v", "sig", "n", "super", "mega")
+_KEYS = ("v", "sig", "n", "super")
+#: Keys of the ``neardup`` object that earlier versions wrote as part of the fingerprint and
+#: this one does not: ignored when read, cleared (null, or dropped from a whole object) when
+#: the fingerprint is written.
+RETIRED_KEYS = ("mega",)
 #: ES ``integer`` upper bound.
 MAX_COUNT = 2**31 - 1
 
@@ -63,6 +71,7 @@ def es_mapping() -> dict[str, Any]:
                     "sig": {"type": "binary", "doc_values": False},  # binary is never indexed
                     "n": {"type": "integer"},
                     "super": {"type": "keyword", "doc_values": False},
+                    # retired (RETIRED_KEYS): documents enriched before still hold it
                     "mega": {"type": "keyword", "index": False, "doc_values": False},
                 }
             }
@@ -113,7 +122,6 @@ class Fingerprint:
             "sig": base64.b64encode(self.signature.astype("<u8", copy=False).tobytes()).decode("ascii"),
             "n": int(self.shingle_count),
             "super": _hex(self.supershingles),
-            "mega": _hex(self.megashingles),
         }
 
     @classmethod
@@ -122,8 +130,9 @@ class Fingerprint:
 
         Checks the types, the version format, base64, the signature length (a positive
         multiple of 8 bytes), hex formats, that there are G supershingles with K divisible
-        by G and G(G-1)/2 megashingles, that they are the hashes of the signature (so a
-        corrupted or hand-edited value is caught), and the empty-fingerprint convention.
+        by G, that they are the hashes of the signature (so a corrupted or hand-edited value is
+        caught), and the empty-fingerprint convention. The megashingles are computed from the
+        supershingles; a stored ``mega`` (:data:`RETIRED_KEYS`) is not read.
         ``groups`` / ``num_perm``, if given, must match too. Whether the version is the
         current scheme is the caller's business (compare ``f.version`` with
         ``Fingerprinter.version``).
@@ -137,8 +146,8 @@ class Fingerprint:
         if missing:
             raise fail(f"missing field(s) {', '.join(missing)}")
         # Other keys of the object belong to other features (``cluster``, ``duplicate_of``, ...)
-        # that share the ``neardup`` object; they are not part of the fingerprint.
-        version, sig_text, count, supers, megas = (obj[k] for k in _KEYS)
+        # that share the ``neardup`` object, or are retired; they are not part of the fingerprint.
+        version, sig_text, count, supers = (obj[k] for k in _KEYS)
 
         if not isinstance(version, str) or not _VERSION.match(version):
             raise fail(f"v = {version!r}: must be a scheme version like '1-3fa9c2d10b'")
@@ -157,32 +166,25 @@ class Fingerprint:
         if num_perm is not None and k != num_perm:
             raise fail(f"sig: {k} minhashes, the scheme has {num_perm}")
 
-        parsed = []
-        for key, values in (("super", supers), ("mega", megas)):
-            if not isinstance(values, list):
-                raise fail(f"{key}: must be a list of 16-digit lowercase hex strings")
-            for value in values:
-                if not isinstance(value, str) or not _HEX16.match(value):
-                    raise fail(f"{key}: {value!r} is not a 16-digit lowercase hex string")
-            parsed.append(np.array([int(v, 16) for v in values], dtype=np.uint64))
-        super_values, mega_values = parsed
+        if not isinstance(supers, list):
+            raise fail("super: must be a list of 16-digit lowercase hex strings")
+        for value in supers:
+            if not isinstance(value, str) or not _HEX16.match(value):
+                raise fail(f"super: {value!r} is not a 16-digit lowercase hex string")
+        super_values = np.array([int(v, 16) for v in supers], dtype=np.uint64)
 
         if count == 0:
-            if super_values.size or mega_values.size or not np.all(signature == U64_MAX):
-                raise fail("n = 0 (empty document) needs an all-ones sig and empty super and mega")
+            if super_values.size or not np.all(signature == U64_MAX):
+                raise fail("n = 0 (empty document) needs an all-ones sig and an empty super")
         else:
             g = len(super_values)
             if g == 0 or k % g:
                 raise fail(f"super: {g} supershingles do not divide {k} minhashes")
             if groups is not None and g != groups:
                 raise fail(f"super: {g} supershingles, the scheme has {groups}")
-            if len(mega_values) != g * (g - 1) // 2:
-                raise fail(f"mega: {len(mega_values)} megashingles, {g} supershingles need {g * (g - 1) // 2}")
             if not np.array_equal(supershingles(signature, g), super_values):
                 raise fail("super: does not match sig")
-            if not np.array_equal(megashingles(super_values), mega_values):
-                raise fail("mega: does not match super")
-        return make_fingerprint(version, signature, super_values, mega_values, count)
+        return make_fingerprint(version, signature, super_values, megashingles(super_values), count)
 
 
 def make_fingerprint(version: str, signature: np.ndarray, supers: np.ndarray, megas: np.ndarray,

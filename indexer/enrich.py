@@ -10,11 +10,13 @@ For programs that index with the official client::
     helpers.bulk(es, ({"_index": "news", "_source": d} for d in enrich_documents(docs, ["title", "body"], fp)))
 
 A document whose fields hold no text (see :mod:`neardup.fingerprint.texts`) is returned unchanged.
-Otherwise the five fingerprint keys are written into its ``neardup`` object; other keys
-of an existing ``neardup`` object are kept (the same merge a partial update does), except the
-values ``neardup cluster`` derived from the old fingerprint (``cluster``, ``bands``): when the
+Otherwise the fingerprint keys are written into its ``neardup`` object; other keys of an
+existing ``neardup`` object are kept (the same merge a partial update does), except the values
+``neardup cluster`` derived from the old fingerprint (``cluster``, ``bands``): when the
 fingerprint changes they are dropped (:data:`CLUSTER_KEYS`), so that no document is grouped by
-an outdated cluster id; ``neardup cluster --incremental`` places it again.
+an outdated cluster id; ``neardup cluster --incremental`` places it again. The keys earlier
+versions wrote and this one does not (:data:`neardup.fingerprint.RETIRED_KEYS`) are dropped
+too, so no stale copy is left beside the new fingerprint.
 
 These functions and ``neardup enrich`` write no cluster *seeds* (the values a singleton gets
 from ``neardup cluster``): they do not know the index the documents are bound for, nor whether
@@ -36,7 +38,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from neardup.fingerprint import FIELD, Fingerprint, Fingerprinter
+from neardup.fingerprint import FIELD, RETIRED_KEYS, Fingerprint, Fingerprinter
 from neardup.fingerprint.texts import compute_fingerprint
 from neardup.indexer.cluster.documents import BANDS, CLUSTER, SOURCE_FIELDS
 from neardup.indexer.jsonlines import Line
@@ -46,8 +48,9 @@ CLUSTER_KEYS = (CLUSTER, BANDS)
 #: What the fingerprint keys are compared on to tell whether a fingerprint changed.
 _IDENTITY_KEYS = ("v", "sig", "n")
 #: The stored ``neardup`` values the indexer reads with each document (``_source`` paths): the
-#: identity keys and the cluster keys, the same paths ``neardup cluster`` reads.
-STORED_PATHS = tuple(SOURCE_FIELDS)
+#: identity keys and the cluster keys, the same paths ``neardup cluster`` reads, and the
+#: retired keys, to clear them.
+STORED_PATHS = tuple(SOURCE_FIELDS) + tuple(f"{FIELD}.{key}" for key in RETIRED_KEYS)
 
 
 def fingerprint_changed(existing: Any, value: Mapping[str, Any]) -> bool:
@@ -56,23 +59,24 @@ def fingerprint_changed(existing: Any, value: Mapping[str, Any]) -> bool:
     return any(stored.get(key) != value.get(key) for key in _IDENTITY_KEYS)
 
 
-def cleared_cluster_keys(existing: Any, value: Mapping[str, Any]) -> dict[str, None]:
+def cleared_keys(existing: Any, value: Mapping[str, Any]) -> dict[str, None]:
     """For a partial update writing fingerprint ``value``: ``None`` (which a partial update
-    stores, and which is indexed as no value) for each cluster key the document holds, when
-    its fingerprint changes; ``{}`` otherwise."""
-    if not isinstance(existing, Mapping) or not fingerprint_changed(existing, value):
+    stores, and which is indexed as no value) for each cluster key the document holds when its
+    fingerprint changes, and for each retired key it holds."""
+    if not isinstance(existing, Mapping):
         return {}
-    return {key: None for key in CLUSTER_KEYS if existing.get(key) is not None}
+    cleared = CLUSTER_KEYS + RETIRED_KEYS if fingerprint_changed(existing, value) else RETIRED_KEYS
+    return {key: None for key in cleared if existing.get(key) is not None}
 
 
 def merged_neardup(existing: Any, fingerprint: Fingerprint) -> dict[str, Any]:
     """The new ``neardup`` object: existing extra keys kept (but the cluster keys when the
-    fingerprint changed), the fingerprint keys replaced."""
+    fingerprint changed, and the retired keys), the fingerprint keys replaced."""
     base = dict(existing) if isinstance(existing, Mapping) else {}
     value = fingerprint.to_source()
-    if fingerprint_changed(base, value):
-        for key in CLUSTER_KEYS:
-            base.pop(key, None)
+    dropped = CLUSTER_KEYS + RETIRED_KEYS if fingerprint_changed(base, value) else RETIRED_KEYS
+    for key in dropped:
+        base.pop(key, None)
     base.update(value)
     return base
 

@@ -45,7 +45,7 @@ from neardup.fingerprint import FIELD, Fingerprinter, scheme_version
 from neardup.fingerprint.tfidf import TF_FIELD
 from neardup.indexer.client import Client, display_url, make_client
 from neardup.indexer.cluster.seeds import Seeder, SeedPlan, plan_mapping_with_seeds, seed_plan
-from neardup.indexer.enrich import STORED_PATHS, cleared_cluster_keys, compute_fingerprint
+from neardup.indexer.enrich import STORED_PATHS, cleared_keys, compute_fingerprint
 from neardup.indexer.errors import ClusterApiError, ClusterError, JobError, error_type_and_reason, explain
 from neardup.indexer.mapping import field_paths, put_neardup_mapping, text_fields
 from neardup.indexer.progress import Progress
@@ -214,7 +214,7 @@ def fingerprint_function(fields: Sequence[str], fingerprinter: Fingerprinter,
         if fingerprint is None:
             return outcome, None
         value = fingerprint.to_source()
-        value.update(cleared_cluster_keys(source.get(FIELD), value))  # no outdated cluster ids
+        value.update(cleared_keys(source.get(FIELD), value))  # no outdated cluster ids or retired keys
         texts = source_texts(source, fields) if tfidf is not None else None
         if tfidf is not None and texts is not None:
             value[TF_FIELD] = tfidf.vector_of(texts)

@@ -13,12 +13,13 @@ Two write shapes, both conditional on the version read (``if_seq_no``, ``if_prim
 * a **partial update** otherwise, and for a write that would change nothing (the engine answers
   it ``noop`` without indexing): ``{"update": {...}}`` followed by ``{"doc": {"neardup": {...}}}``.
 
-A partial update merges objects, so only the five fingerprint keys of ``neardup`` are
-(over)written; other keys of ``neardup`` and every other field stay as they are, except the
-cluster values: while the index has never been clustered, ``neardup.cluster`` and
+A partial update merges objects, so only the fingerprint keys of ``neardup`` are
+(over)written, and a retired key the document holds is set to null
+(:data:`neardup.fingerprint.RETIRED_KEYS`); other keys of ``neardup`` and every other field
+stay as they are, except the cluster values: while the index has never been clustered, ``neardup.cluster`` and
 ``neardup.bands`` get the document's *seed* (the values a singleton gets from ``neardup
 cluster``, :mod:`neardup.indexer.cluster.seeds`) in the same write; once it has been, a changed
-fingerprint sets them to null (:func:`neardup.indexer.enrich.cleared_cluster_keys`).
+fingerprint sets them to null (:func:`neardup.indexer.enrich.cleared_keys`).
 Neither shape creates a document: an update of a deleted document fails with
 ``document_missing_exception``, an ``index`` action conditional on a ``_seq_no`` with a
 version conflict; either way it stays deleted.

@@ -130,7 +130,7 @@ def test_linked_members_are_similar_and_keys_are_stored(es, clustered):
     from neardup.fingerprint import Fingerprint
 
     def fingerprint(key: str) -> Fingerprint:
-        return Fingerprint.from_source({k: docs[key][k] for k in ("v", "sig", "n", "super", "mega")})
+        return Fingerprint.from_source({k: docs[key][k] for k in ("v", "sig", "n", "super")})
 
     for cluster_id, keys in members.items():
         assert cluster_id in keys  # the id is the key of a member (the founder)

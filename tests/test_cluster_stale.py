@@ -21,7 +21,7 @@ import pytest
 
 from neardup.corpora import reuters_documents
 from neardup.fingerprint import Fingerprint, Fingerprinter, FingerprintParams, estimated_resemblance
-from neardup.indexer.enrich import cleared_cluster_keys, enrich_line, merged_neardup
+from neardup.indexer.enrich import STORED_PATHS, cleared_keys, enrich_line, merged_neardup
 from neardup.proxy.handlers.native_collapse import missing_clusters_query
 from tests.cluster_support import bulk, scan_hits
 from tests.engine_support import delete_index
@@ -45,15 +45,28 @@ def test_a_changed_fingerprint_drops_the_cluster_values():
     merged = merged_neardup(old, FP.fingerprint_fields([TEXT]))
     assert "cluster" not in merged and "bands" not in merged
     assert merged["duplicate_of"] == "d1" and merged["sig"] == stored(TEXT)["sig"]
-    assert cleared_cluster_keys(old, stored(TEXT)) == {"cluster": None, "bands": None}
+    assert cleared_keys(old, stored(TEXT)) == {"cluster": None, "bands": None}
 
 
 def test_an_unchanged_fingerprint_keeps_them():
     same = stored(TEXT, cluster="c7", bands=["00ff"])
     assert merged_neardup(same, FP.fingerprint_fields([TEXT])) == same
-    assert cleared_cluster_keys(same, stored(TEXT)) == {}
-    assert cleared_cluster_keys(stored(OTHER), stored(TEXT)) == {}  # nothing to clear
-    assert cleared_cluster_keys(None, stored(TEXT)) == {}
+    assert cleared_keys(same, stored(TEXT)) == {}
+    assert cleared_keys(stored(OTHER), stored(TEXT)) == {}  # nothing to clear
+    assert cleared_keys(None, stored(TEXT)) == {}
+
+
+def test_a_retired_mega_is_cleared_whether_or_not_the_fingerprint_changed():
+    mega = ["0123456789abcdef"] * 91
+    for before in (stored(TEXT, mega=mega, cluster="c7"), stored(OTHER, mega=mega, cluster="c7")):
+        changed = before["sig"] != stored(TEXT)["sig"]
+        merged = merged_neardup(before, FP.fingerprint_fields([TEXT]))
+        assert "mega" not in merged and ("cluster" in merged) is not changed
+        cleared = cleared_keys(before, stored(TEXT))
+        assert cleared == ({"cluster": None, "mega": None} if changed else {"mega": None})
+    line = json.dumps({"id": "1", "body": TEXT, "neardup": stored(TEXT, mega=mega)})
+    assert "mega" not in json.loads(enrich_line(line, ["body"], FP).render())["neardup"]
+    assert "neardup.mega" in STORED_PATHS   # the job reads it, to clear it
 
 
 def test_enrich_lines_drop_outdated_cluster_ids():
@@ -126,7 +139,7 @@ def test_reindexing_a_changed_document_clears_its_cluster_until_the_next_run(es,
     assert placed["new_documents"] == 1 and placed["failed"] == 0
     final = values(es, index)
     assert final["s00"]["cluster"] == "s00"
-    fingerprints = {k: Fingerprint.from_source({f: final[k][f] for f in ("v", "sig", "n", "super", "mega")})
+    fingerprints = {k: Fingerprint.from_source({f: final[k][f] for f in ("v", "sig", "n", "super")})
                     for k in ("s00", "s05", "s00-copy")}
     assert estimated_resemblance(fingerprints["s00-copy"], fingerprints["s00"]) < 0.8
     linked = estimated_resemblance(fingerprints["s00-copy"], fingerprints["s05"]) >= 0.8

@@ -250,7 +250,8 @@ def golden_cases() -> list[dict]:
         fp = Fingerprinter(params)
         for text_name, text in GOLDEN_TEXTS.items():
             cases.append({"name": f"{text_name}/{params_name}", "params": params.as_dict(), "text": text,
-                          "tokens": fp.canonical_tokens(text), "source": fp.fingerprint(text).to_source()})
+                          "tokens": fp.canonical_tokens(text), "source": fp.fingerprint(text).to_source(),
+                          "mega": [f"{int(v):016x}" for v in fp.fingerprint(text).megashingles]})
     return cases
 
 
@@ -274,6 +275,7 @@ def test_golden_fingerprints_are_byte_identical() -> None:
         assert ours["text"] == theirs["text"] and ours["params"] == theirs["params"]
         assert ours["tokens"] == theirs["tokens"], ours["name"]
         assert ours["source"] == theirs["source"], ours["name"]
+        assert ours["mega"] == theirs["mega"], ours["name"]
         assert Fingerprint.from_source(theirs["source"]).to_source() == theirs["source"]
     names = {c["name"]: c for c in expected["cases"]}
     assert names["empty/default"]["source"]["n"] == 0

@@ -9,7 +9,16 @@ import json
 import numpy as np
 import pytest
 
-from neardup.fingerprint import FIELD, Fingerprint, Fingerprinter, FingerprintFormatError, FingerprintParams, es_mapping
+from neardup.fingerprint import (
+    FIELD,
+    RETIRED_KEYS,
+    Fingerprint,
+    Fingerprinter,
+    FingerprintFormatError,
+    FingerprintParams,
+    es_mapping,
+)
+from neardup.fingerprint.hashing import megashingles
 
 #: The format tests name concrete sizes (6 supershingles, 15 megashingles, 5-word shingles).
 FORMAT_PARAMS = FingerprintParams(shingle_size=5, groups=6, rows=14)
@@ -33,13 +42,13 @@ def test_field_and_mapping() -> None:
 
 
 def test_source_layout(source: dict) -> None:
-    assert list(source) == ["v", "sig", "n", "super", "mega"]
+    assert list(source) == ["v", "sig", "n", "super"]
     assert source["v"] == Fingerprinter(FORMAT_PARAMS).version
     raw = base64.b64decode(source["sig"], validate=True)
     assert len(raw) == 84 * 8
     assert isinstance(source["n"], int) and source["n"] == 4  # 8 words left, 4 windows of 5
-    assert len(source["super"]) == 6 and len(source["mega"]) == 15
-    assert all(len(h) == 16 and h == h.lower() and int(h, 16) >= 0 for h in source["super"] + source["mega"])
+    assert len(source["super"]) == 6
+    assert all(len(h) == 16 and h == h.lower() and int(h, 16) >= 0 for h in source["super"])
     f = Fingerprint.from_source(source)
     assert np.array_equal(np.frombuffer(raw, "<u8"), f.signature)
     assert [int(h, 16) for h in source["super"]] == f.supershingles.tolist()
@@ -89,12 +98,10 @@ _DELETE = object()
     (lambda s: _with(s, super=s["super"][:-1] + ["XYZ"]), "super: 'XYZ' is not"),
     (lambda s: _with(s, super=s["super"][:-1] + [s["super"][-1].upper()]), "is not a 16-digit lowercase hex"),
     (lambda s: _with(s, super=s["super"][:-1] + [1]), "super: 1 is not"),
-    (lambda s: _with(s, super=s["super"][:5], mega=s["mega"][:10]), "5 supershingles do not divide 84"),
-    (lambda s: _with(s, mega=s["mega"][:14]), "mega: 14 megashingles, 6 supershingles need 15"),
+    (lambda s: _with(s, super=s["super"][:5]), "5 supershingles do not divide 84"),
     (lambda s: _with(s, super=[s["super"][1], s["super"][0]] + s["super"][2:]), "super: does not match sig"),
-    (lambda s: _with(s, mega=s["mega"][::-1]), "mega: does not match super"),
     (lambda s: _with(s, n=0), "n = 0 (empty document) needs"),
-    (lambda s: _with(s, super=[], mega=[]), "0 supershingles do not divide"),
+    (lambda s: _with(s, super=[]), "0 supershingles do not divide"),
 ])
 def test_malformed_sources_are_rejected(source: dict, change, message: str) -> None:
     with pytest.raises(FingerprintFormatError) as info:
@@ -110,6 +117,26 @@ def test_keys_of_other_features_are_ignored(source: dict) -> None:
     shared = Fingerprint.from_source({**source, "cluster": "c-1", "duplicate_of": "42"})
     assert shared == plain
     assert shared.to_source() == source
+
+
+def test_megashingles_are_computed_from_the_supershingles_not_stored(source: dict) -> None:
+    f = Fingerprint.from_source(source)
+    assert "mega" not in source and f.megashingles.shape == (15,)
+    assert f.megashingles.tolist() == megashingles(f.supershingles).tolist()
+    assert f == Fingerprinter(FORMAT_PARAMS).fingerprint(
+        "Crude oil prices rose sharply on Monday after the producers agreed")
+
+
+@pytest.mark.parametrize("mega", ["as written", "stale", None, "not a list"])
+def test_a_retired_mega_of_earlier_versions_is_not_read(source: dict, mega: object) -> None:
+    """Documents enriched before hold ``mega``; it is ignored, whatever it holds, and never written."""
+    plain = Fingerprint.from_source(source)
+    stored = {"as written": [f"{int(v):016x}" for v in plain.megashingles],
+              "stale": ["0" * 16] * 15}.get(mega, mega)  # type: ignore[call-overload]
+    earlier = {**source, "mega": stored}
+    assert RETIRED_KEYS == ("mega",)
+    back = Fingerprint.from_source(earlier)
+    assert back == plain and back.to_source() == source
 
 
 def test_scheme_shape_checks(source: dict) -> None:

@@ -219,6 +219,10 @@ def test_update_items_get_the_fingerprint_of_their_upsert_and_of_a_whole_doc(pro
     index = f"{indices}-reject"
     status, _ = call(proxy, "PUT", f"/{index}/_doc/u0?refresh=true", doc_bytes("Oil", story(7)))
     assert status == 201
+    # as an earlier version stored it: with the megashingles, which the update must not leave stale
+    status, _ = call(es_url, "POST", f"/{index}/_update/u0?refresh=true",
+                     b'{"doc":{"neardup":{"mega":["0123456789abcdef"]}}}')
+    assert status == 200 and json.loads(stored_source(es_url, index, "u0"))["neardup"]["mega"]
     whole = f'{{"title":"Grain","body":"{story(8)}"}}'.encode()
     lines = [b'{"update":{"_id":"u0"}}', b'{ "doc" : ' + whole + b' }',
              b'{"update":{"_id":"u1"}}', b'{"doc":' + whole + b',"doc_as_upsert":true}',
@@ -229,7 +233,7 @@ def test_update_items_get_the_fingerprint_of_their_upsert_and_of_a_whole_doc(pro
     grain = fingerprint_of("Grain", story(8))
     for doc_id in ("u0", "u1"):   # no duplicate check: an update inserts no new document
         stored = json.loads(stored_source(es_url, index, doc_id))
-        assert stored["neardup"] == {**grain, "cluster": None, "bands": None}
+        assert stored["neardup"] == {**grain, "cluster": None, "bands": None, "mega": None}
     # the engine writes an upsert again from its parsed value: compared as JSON
     expected = spliced(doc_bytes("Rates", story(9)), fingerprint_of("Rates", story(9)))
     assert json.loads(stored_source(es_url, index, "u2")) == json.loads(expected)
@@ -276,7 +280,8 @@ def test_the_update_endpoint_fingerprints_an_upsert_and_a_whole_doc(proxy: str, 
     assert status == 201, raw
     answer = json.loads(raw)    # the engine's own answer, with what its parameters asked for
     assert answer["result"] == "created" and answer["get"]["_source"] == {"title": "Grain"}
-    assert neardup_of(es_url, index, "x1") == {**fingerprint_of("Grain", story(14)), "cluster": None, "bands": None}
+    assert neardup_of(es_url, index, "x1") == {**fingerprint_of("Grain", story(14)),
+                                               "cluster": None, "bands": None, "mega": None}
     status, raw = call(proxy, "POST", f"/{index}/_update/x2?refresh=true",
                        b'{"doc":{"title":"Rates"},"upsert":' + doc_bytes("Rates", story(15)) + b'}')
     assert status == 201, raw   # an update is no insertion: no duplicate check

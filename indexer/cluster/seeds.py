@@ -206,7 +206,7 @@ class Seeder:
     * Seeds are written only while the index has never been clustered: no concrete index behind
       the expression has ``_meta.neardup_clusters`` (any state). Once it has, the indexer keeps
       the old behaviour: a new document gets no cluster value, a changed fingerprint clears the
-      values (:func:`neardup.indexer.enrich.cleared_cluster_keys`), and the document waits for the next
+      values (:func:`neardup.indexer.enrich.cleared_keys`), and the document waits for the next
       cluster run.
     * A full cluster run puts ``_meta.neardup_clusters`` (``state: building``) *before* its
       refresh and point in time (:func:`neardup.indexer.cluster.run.run_cluster`).

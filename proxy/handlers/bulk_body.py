@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from neardup.fingerprint import FIELD
+from neardup.fingerprint import FIELD, RETIRED_KEYS
 from neardup.fingerprint.splice import value_spans as value_spans  # shared with the indexer
 
 #: The action names of a bulk body.
@@ -31,8 +31,10 @@ ACTIONS = frozenset({"index", "create", "update", "delete"})
 #: The actions whose source line is the whole document.
 WRITES = frozenset({"index", "create"})
 #: Keys of ``neardup`` that ``neardup cluster`` derives from the fingerprint: a partial update
-#: that writes a new fingerprint clears them (stored as null, indexed as no value).
+#: that writes a new fingerprint clears them (stored as null, indexed as no value), and the
+#: retired fingerprint keys with them.
 CLUSTER_KEYS = ("cluster", "bands")
+CLEARED_KEYS = CLUSTER_KEYS + RETIRED_KEYS
 #: The per-item error type of a refused near-duplicate.
 DUPLICATE_ERROR = "neardup_duplicate_exception"
 #: Put before the source of an update's inline painless script: the text it may change loses

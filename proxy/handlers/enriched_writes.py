@@ -261,7 +261,7 @@ async def _updated(state: ProxyState, sources: dict[int, bytes], parts: Sequence
         else:
             value = values[id(part)]
             if part.kind == "doc":
-                value.update(dict.fromkeys(bulk_body.CLUSTER_KEYS))
+                value.update(dict.fromkeys(bulk_body.CLEARED_KEYS))
             new = bulk_body.splice(old, part.doc, value)
         replacements.setdefault(part.position, {})[part.span] = new
         outcome = "fingerprinted" if part.kind in ("doc", "upsert") else "fingerprint_removed"
