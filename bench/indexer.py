@@ -7,7 +7,8 @@ For each size (Reuters ×1, ×4 by default: copies of every story under new ids)
 shape (``--shapes``: ``partial``, partial updates only; ``whole``, whole-document writes where
 the index allows them, the default of ``neardup index``; either with ``-earlier`` on an index
 mapped as neardup mapped ``super`` and ``mega`` before, plain ``keyword`` with doc values, the
-other ones get the mapping ``neardup index`` puts) it loads a fresh index, runs ``python
+other ones get the mapping ``neardup index`` puts; ``baseline``, ``neardup index`` of another
+checkout, ``--baseline TREE``, with its own mapping and writes) it loads a fresh index, runs ``python
 -m neardup index --json`` as a subprocess exactly as a user would (``partial`` through this
 script, which runs the same command with ``IndexOptions.whole_documents`` off), samples the peak
 resident memory (``VmHWM`` of /proc/PID/status) of the job's parent and each worker process
@@ -24,7 +25,8 @@ every 0.1 s, and prints:
 Usage::
 
     .venv/bin/python bench/indexer.py [--es-url URL] [--copies 1 4] [--workers 2] [--batch-size 500]
-                                      [--shapes partial-earlier whole partial whole-earlier]
+                                      [--shapes partial-earlier whole partial whole-earlier baseline]
+                                      [--baseline TREE]
 
 The Elasticsearch URL defaults to ``$NEARDUP_TEST_ES_URL``, else http://127.0.0.1:9299. The indices
 are named ``bench-indexer-*`` and deleted afterwards.
@@ -53,7 +55,7 @@ from neardup.fingerprint import FIELD, es_mapping  # noqa: E402
 
 #: The ``neardup`` sub-fields as neardup mapped them before ``super`` and ``mega`` were indexed less.
 EARLIER_PROPERTIES = {"super": {"type": "keyword"}, "mega": {"type": "keyword"}}
-SHAPES = ["partial", "whole", "partial-earlier", "whole-earlier"]
+SHAPES = ["partial", "whole", "partial-earlier", "whole-earlier", "baseline"]
 
 
 def load_copies(es: Elasticsearch, index: str, docs: list[dict[str, Any]], copies: int,
@@ -97,15 +99,18 @@ def peak_rss(process: psutil.Process) -> int:
     return int(process.memory_info().rss)
 
 
-def run_job(es_url: str, index: str, workers: int, batch_size: int, shape: str = "whole") -> dict[str, Any]:
+def run_job(es_url: str, index: str, workers: int, batch_size: int, shape: str = "whole",
+            tree: Path = ROOT) -> dict[str, Any]:
+    """``neardup index`` of the checkout ``tree`` on ``index`` (``shape``: see the module docstring)."""
     env = {k: v for k, v in os.environ.items() if not (k.startswith("NEARDUP_") and "__" in k)}
     env.update(NEARDUP_UPSTREAM__URLS=es_url, NEARDUP_LOGGING__LEVEL="WARNING",
-               PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
-    runner = ["-m", "neardup"] if shape.startswith("whole") else [str(Path(__file__).resolve()), "--run-partial"]
+               PYTHONPATH=str(tree) + os.pathsep + env.get("PYTHONPATH", ""))
+    runner = (["-m", "neardup"] if shape.startswith("whole") or shape == "baseline"
+              else [str(Path(__file__).resolve()), "--run-partial"])
     command = [sys.executable, *runner, "index", "--index", index, "--json",
                "--workers", str(workers), "--batch-size", str(batch_size)]
     started = time.perf_counter()
-    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tree)
     parent = psutil.Process(job.pid)
     peak_parent = 0
     peak_worker: dict[int, int] = {}
@@ -157,14 +162,21 @@ def main() -> int:
                         default=["partial-earlier", "whole", "partial", "whole-earlier", "whole", "partial-earlier"],
                         help="write shapes to compare, in this order, each on a fresh copy of the same index "
                              "(default: partial-earlier whole partial whole-earlier whole partial-earlier)")
+    parser.add_argument("--baseline", type=Path, metavar="TREE",
+                        help="the checkout whose neardup index the shape baseline runs (git worktree add TREE REV)")
     parser.add_argument("--warm-up", type=int, default=2000,
                         help="stories enriched with each shape first, not counted (the node's JIT warms up)")
     args = parser.parse_args()
-
+    if ("baseline" in args.shapes) != (args.baseline is not None):
+        parser.error("the shape baseline and --baseline TREE go together")
+    trees = {"baseline": args.baseline.resolve()} if args.baseline else {}
     es = Elasticsearch(args.es_url, request_timeout=120)
     docs = list(reuters_documents())
+    revision = subprocess.run(["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"], check=True,
+                              capture_output=True, text=True).stdout.strip() if args.baseline else ""
     print(f"Elasticsearch {args.es_url}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
-          f"workers={args.workers}, batch={args.batch_size}, Reuters-21578: {len(docs)} stories")
+          f"workers={args.workers}, batch={args.batch_size}, Reuters-21578: {len(docs)} stories"
+          + (f", baseline at {revision}" if revision else ""))
     header = (f"{'shape':>15} {'docs':>8} {'wall s':>7} {'docs/s':>7} {'fp s':>7} {'read s':>7} {'write s':>8} "
               f"{'fp share':>8} {'ES ms/doc':>9} {'parent MB':>9} {'worker MB':>9}")
     if args.warm_up:
@@ -172,7 +184,7 @@ def main() -> int:
             index = f"bench-indexer-warm-up-{shape}-{uuid.uuid4().hex[:6]}"
             try:
                 load_copies(es, index, docs[:args.warm_up], 1, shape.endswith("-earlier"))
-                run_job(args.es_url, index, args.workers, args.batch_size, shape)
+                run_job(args.es_url, index, args.workers, args.batch_size, shape, trees.get(shape, ROOT))
             finally:
                 es.options(ignore_status=404).indices.delete(index=index)
     print(header)
@@ -183,7 +195,7 @@ def main() -> int:
                 count = load_copies(es, index, docs, copies, shape.endswith("-earlier"))
                 time.sleep(5)  # let the merges of the load end before the CPU is counted
                 cpu_before = es_cpu_millis(es)
-                result = run_job(args.es_url, index, args.workers, args.batch_size, shape)
+                result = run_job(args.es_url, index, args.workers, args.batch_size, shape, trees.get(shape, ROOT))
                 cpu = es_cpu_millis(es) - cpu_before
             finally:
                 es.options(ignore_status=404).indices.delete(index=index)
