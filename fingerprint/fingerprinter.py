@@ -30,7 +30,6 @@ from neardup.fingerprint.canonical import Lang, WordNormaliser, canonical_codes,
 from neardup.fingerprint.hashing import (
     DROPPED,
     U64_MAX,
-    megashingles,
     minhash,
     minhash_batch,
     multipliers,
@@ -315,4 +314,4 @@ class Fingerprinter:
 
     def _assemble(self, signature: np.ndarray, count: int) -> Fingerprint:
         supers = supershingles(signature, self.params.groups)
-        return make_fingerprint(self.version, signature, supers, megashingles(supers), count)
+        return make_fingerprint(self.version, signature, supers, count)

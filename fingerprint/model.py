@@ -17,7 +17,7 @@ near-duplicates can be found with ``term`` queries (nothing sorts or aggregates 
 ``v`` as ``keyword`` to find stale documents.
 
 The G(G-1)/2 megashingles are hashes of pairs of supershingles, so they are computed from
-``super`` when read, not stored: a document sharing a megashingle shares its two
+``super`` when first used, not stored: a document sharing a megashingle shares its two
 supershingles, so the candidate query needs the supershingles only
 (:mod:`neardup.fingerprint.matching`), and a stored copy would only lengthen every search
 answer that returns ``_source``. Documents enriched by earlier versions hold them as ``mega``
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from neardup.fingerprint.hashing import U64_MAX, megashingles, supershingles
+from neardup.fingerprint import hashing
+from neardup.fingerprint.hashing import U64_MAX, supershingles
 
 _simd_b64decode: Callable[..., bytes] | None
 try:  # SIMD base64; binascii when it is missing
@@ -94,20 +96,26 @@ class Fingerprint:
     version: str
     signature: np.ndarray
     supershingles: np.ndarray
-    megashingles: np.ndarray
     shingle_count: int
 
     @property
     def is_empty(self) -> bool:
         return self.shingle_count == 0
 
+    @functools.cached_property
+    def megashingles(self) -> np.ndarray:
+        """Hashes of the pairs of supershingles, at first use: only candidate matching reads them,
+        and neither writing a fingerprint nor grouping hits needs them."""
+        megas = hashing.megashingles(self.supershingles)
+        megas.setflags(write=False)
+        return megas
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Fingerprint):
             return NotImplemented
         return (self.version == other.version and self.shingle_count == other.shingle_count
                 and np.array_equal(self.signature, other.signature)
-                and np.array_equal(self.supershingles, other.supershingles)
-                and np.array_equal(self.megashingles, other.megashingles))
+                and np.array_equal(self.supershingles, other.supershingles))
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -131,8 +139,8 @@ class Fingerprint:
         Checks the types, the version format, base64, the signature length (a positive
         multiple of 8 bytes), hex formats, that there are G supershingles with K divisible
         by G, that they are the hashes of the signature (so a corrupted or hand-edited value is
-        caught), and the empty-fingerprint convention. The megashingles are computed from the
-        supershingles; a stored ``mega`` (:data:`RETIRED_KEYS`) is not read.
+        caught), and the empty-fingerprint convention. The megashingles are derived from the
+        supershingles when first used; a stored ``mega`` (:data:`RETIRED_KEYS`) is not read.
         ``groups`` / ``num_perm``, if given, must match too. Whether the version is the
         current scheme is the caller's business (compare ``f.version`` with
         ``Fingerprinter.version``).
@@ -184,21 +192,20 @@ class Fingerprint:
                 raise fail(f"super: {g} supershingles, the scheme has {groups}")
             if not np.array_equal(supershingles(signature, g), super_values):
                 raise fail("super: does not match sig")
-        return make_fingerprint(version, signature, super_values, megashingles(super_values), count)
+        return make_fingerprint(version, signature, super_values, count)
 
 
-def make_fingerprint(version: str, signature: np.ndarray, supers: np.ndarray, megas: np.ndarray,
-                     count: int) -> Fingerprint:
+def make_fingerprint(version: str, signature: np.ndarray, supers: np.ndarray, count: int) -> Fingerprint:
     """A :class:`Fingerprint` with read-only arrays."""
-    for array in (signature, supers, megas):
+    for array in (signature, supers):
         array.setflags(write=False)
-    return Fingerprint(version, signature, supers, megas, int(count))
+    return Fingerprint(version, signature, supers, int(count))
 
 
 def empty_fingerprint(version: str, num_perm: int) -> Fingerprint:
     """The fingerprint of a document without words (see the module docstring)."""
     return make_fingerprint(version, np.full(num_perm, U64_MAX, dtype=np.uint64),
-                            np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.uint64), 0)
+                            np.empty(0, dtype=np.uint64), 0)
 
 
 def read_signatures(objects: Sequence[Any], version: str, num_perm: int

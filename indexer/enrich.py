@@ -59,14 +59,19 @@ def fingerprint_changed(existing: Any, value: Mapping[str, Any]) -> bool:
     return any(stored.get(key) != value.get(key) for key in _IDENTITY_KEYS)
 
 
+def _void_keys(existing: Any, value: Mapping[str, Any]) -> tuple[str, ...]:
+    """The keys of ``existing`` that writing fingerprint ``value`` voids: the cluster keys when
+    the fingerprint changes, and the retired keys always."""
+    return CLUSTER_KEYS + RETIRED_KEYS if fingerprint_changed(existing, value) else RETIRED_KEYS
+
+
 def cleared_keys(existing: Any, value: Mapping[str, Any]) -> dict[str, None]:
     """For a partial update writing fingerprint ``value``: ``None`` (which a partial update
     stores, and which is indexed as no value) for each cluster key the document holds when its
     fingerprint changes, and for each retired key it holds."""
     if not isinstance(existing, Mapping):
         return {}
-    cleared = CLUSTER_KEYS + RETIRED_KEYS if fingerprint_changed(existing, value) else RETIRED_KEYS
-    return {key: None for key in cleared if existing.get(key) is not None}
+    return {key: None for key in _void_keys(existing, value) if existing.get(key) is not None}
 
 
 def merged_neardup(existing: Any, fingerprint: Fingerprint) -> dict[str, Any]:
@@ -74,8 +79,7 @@ def merged_neardup(existing: Any, fingerprint: Fingerprint) -> dict[str, Any]:
     fingerprint changed, and the retired keys), the fingerprint keys replaced."""
     base = dict(existing) if isinstance(existing, Mapping) else {}
     value = fingerprint.to_source()
-    dropped = CLUSTER_KEYS + RETIRED_KEYS if fingerprint_changed(base, value) else RETIRED_KEYS
-    for key in dropped:
+    for key in _void_keys(base, value):
         base.pop(key, None)
     base.update(value)
     return base

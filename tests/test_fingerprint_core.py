@@ -249,9 +249,10 @@ def golden_cases() -> list[dict]:
     for params_name, params in GOLDEN_PARAMS.items():
         fp = Fingerprinter(params)
         for text_name, text in GOLDEN_TEXTS.items():
+            fingerprint = fp.fingerprint(text)
             cases.append({"name": f"{text_name}/{params_name}", "params": params.as_dict(), "text": text,
-                          "tokens": fp.canonical_tokens(text), "source": fp.fingerprint(text).to_source(),
-                          "mega": [f"{int(v):016x}" for v in fp.fingerprint(text).megashingles]})
+                          "tokens": fp.canonical_tokens(text), "source": fingerprint.to_source(),
+                          "mega": [f"{int(v):016x}" for v in fingerprint.megashingles]})
     return cases
 
 

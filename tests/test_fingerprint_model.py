@@ -121,7 +121,9 @@ def test_keys_of_other_features_are_ignored(source: dict) -> None:
 
 def test_megashingles_are_computed_from_the_supershingles_not_stored(source: dict) -> None:
     f = Fingerprint.from_source(source)
-    assert "mega" not in source and f.megashingles.shape == (15,)
+    written = Fingerprinter(FORMAT_PARAMS).fingerprint("Crude oil prices rose sharply on Monday after the producers agreed")
+    assert "megashingles" not in vars(f) and "megashingles" not in vars(written)   # not computed until used
+    assert "mega" not in source and f.megashingles.shape == (15,) and not f.megashingles.flags.writeable
     assert f.megashingles.tolist() == megashingles(f.supershingles).tolist()
     assert f == Fingerprinter(FORMAT_PARAMS).fingerprint(
         "Crude oil prices rose sharply on Monday after the producers agreed")
