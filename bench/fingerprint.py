@@ -19,7 +19,7 @@
    per document and ``MinHash.bulk`` are both timed. Ours: ``Fingerprinter.signatures`` (a
    fresh instance each repetition, so token hashing is not served from a warm cache), with
    the compiled kernels (:mod:`fingerprint.jit`) and NumPy only, and ``fingerprint_tokens``
-   one by one (with supershingles and megashingles). Best of ``--repeat`` runs, interleaved.
+   one by one (with supershingles). Best of ``--repeat`` runs, interleaved.
 5. **One-time cost of the compiled kernels**, each in a fresh process: ``import numba``, the
    first calls of every kernel with numba's cache filled (loading machine code), and with an
    empty cache (compiling; ``NUMBA_CACHE_DIR`` pointed at a new directory).
@@ -345,7 +345,7 @@ def report(ru: dict[str, float], en: dict[str, float], ds: dict[str, float], pai
         f"| ours, `Fingerprinter.signatures`, NumPy only, second call | {ds['ours_signatures_warm_numpy']:.2f} | "
         f"{rate(ds_docs, ds['ours_signatures_warm_numpy'])} | "
         f"{ds['ours_signatures_warm_numpy'] / ds['ours_signatures']:.1f}× slower |",
-        f"| ours, `fingerprint_tokens` one by one (with super/megashingles) | {ds['ours_fingerprint_tokens']:.2f} | "
+        f"| ours, `fingerprint_tokens` one by one (with supershingles) | {ds['ours_fingerprint_tokens']:.2f} | "
         f"{rate(ds_docs, ds['ours_fingerprint_tokens'])} | "
         f"{ds['ours_fingerprint_tokens'] / ds['ours_signatures']:.1f}× slower |",
         "",
