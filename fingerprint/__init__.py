@@ -10,6 +10,9 @@ import), :mod:`neardup.fingerprint.model` for the stored field layout and
 
 from neardup.fingerprint.fingerprinter import Fingerprinter
 from neardup.fingerprint.model import (
+    BANDS_KEY,
+    CLUSTER_KEY,
+    CLUSTER_KEYS,
     FIELD,
     RETIRED_KEYS,
     Fingerprint,
@@ -29,6 +32,9 @@ from neardup.fingerprint.similarity import (
 
 __all__ = [
     "ALGORITHM_VERSION",
+    "BANDS_KEY",
+    "CLUSTER_KEY",
+    "CLUSTER_KEYS",
     "FIELD",
     "Fingerprint",
     "FingerprintFormatError",

@@ -55,6 +55,11 @@ _KEYS = ("v", "sig", "n", "super")
 #: this one does not: ignored when read, cleared (null, or dropped from a whole object) when
 #: the fingerprint is written.
 RETIRED_KEYS = ("mega",)
+#: Keys of the ``neardup`` object that ``neardup cluster`` derives from the fingerprint: the
+#: cluster id and the LSH band keys (:mod:`neardup.fingerprint.lsh`). A new fingerprint voids
+#: them: whoever writes one clears them, and ``neardup cluster --incremental`` places it again.
+CLUSTER_KEY, BANDS_KEY = "cluster", "bands"
+CLUSTER_KEYS = (CLUSTER_KEY, BANDS_KEY)
 #: ES ``integer`` upper bound.
 MAX_COUNT = 2**31 - 1
 

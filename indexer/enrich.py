@@ -13,7 +13,7 @@ A document whose fields hold no text (see :mod:`neardup.fingerprint.texts`) is r
 Otherwise the fingerprint keys are written into its ``neardup`` object; other keys of an
 existing ``neardup`` object are kept (the same merge a partial update does), except the values
 ``neardup cluster`` derived from the old fingerprint (``cluster``, ``bands``): when the
-fingerprint changes they are dropped (:data:`CLUSTER_KEYS`), so that no document is grouped by
+fingerprint changes they are dropped (:data:`neardup.fingerprint.CLUSTER_KEYS`), so that no document is grouped by
 an outdated cluster id; ``neardup cluster --incremental`` places it again. The keys earlier
 versions wrote and this one does not (:data:`neardup.fingerprint.RETIRED_KEYS`) are dropped
 too, so no stale copy is left beside the new fingerprint.
@@ -38,13 +38,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from neardup.fingerprint import FIELD, RETIRED_KEYS, Fingerprint, Fingerprinter
+from neardup.fingerprint import CLUSTER_KEYS, FIELD, RETIRED_KEYS, Fingerprint, Fingerprinter
 from neardup.fingerprint.texts import compute_fingerprint
-from neardup.indexer.cluster.documents import BANDS, CLUSTER, SOURCE_FIELDS
+from neardup.indexer.cluster.documents import SOURCE_FIELDS
 from neardup.indexer.jsonlines import Line
 
-#: Keys of ``neardup`` derived by ``neardup cluster`` from the fingerprint; void when it changes.
-CLUSTER_KEYS = (CLUSTER, BANDS)
 #: What the fingerprint keys are compared on to tell whether a fingerprint changed.
 _IDENTITY_KEYS = ("v", "sig", "n")
 #: The stored ``neardup`` values the indexer reads with each document (``_source`` paths): the
@@ -123,7 +121,7 @@ class EnrichedLine:
 
         Without an earlier ``neardup`` key the value is spliced in and every other byte is
         kept; with one, the object is merged (its keys ``without`` dropped: ``neardup load``
-        drops the :data:`CLUSTER_KEYS` the line brings, which name clusters of another index)
+        drops the :data:`neardup.fingerprint.CLUSTER_KEYS` the line brings, which name clusters of another index)
         and the line serialised again. A line without a fingerprint is kept as it came in,
         but for the keys ``without`` of its ``neardup`` object (dropped, if it has any).
         """

@@ -41,7 +41,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, BinaryIO, Literal
 
-from neardup.fingerprint import FIELD, Fingerprint, Fingerprinter, FingerprintParams
+from neardup.fingerprint import CLUSTER_KEYS, FIELD, Fingerprint, Fingerprinter, FingerprintParams
 from neardup.fingerprint.matching import (
     DUPLICATE_OF,
     Match,
@@ -62,7 +62,7 @@ from neardup.indexer.cluster.seeds import (
     seeded_write,
     uncertain_write,
 )
-from neardup.indexer.enrich import CLUSTER_KEYS, EnrichedLine, enrich_read_line
+from neardup.indexer.enrich import EnrichedLine, enrich_read_line
 from neardup.indexer.errors import ClusterApiError, JobError, error_type_and_reason
 from neardup.indexer.jsonlines import Line, LineCounts, read_lines
 from neardup.indexer.mapping import plan_neardup_mapping, put_neardup_mapping, wanted_properties

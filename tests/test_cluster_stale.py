@@ -22,6 +22,7 @@ import pytest
 from neardup.corpora import reuters_documents
 from neardup.fingerprint import Fingerprint, Fingerprinter, FingerprintParams, estimated_resemblance
 from neardup.indexer.enrich import STORED_PATHS, cleared_keys, enrich_line, merged_neardup
+from neardup.proxy.handlers import bulk_body
 from neardup.proxy.handlers.native_collapse import missing_clusters_query
 from tests.cluster_support import bulk, scan_hits
 from tests.engine_support import delete_index
@@ -67,6 +68,13 @@ def test_a_retired_mega_is_cleared_whether_or_not_the_fingerprint_changed():
     line = json.dumps({"id": "1", "body": TEXT, "neardup": stored(TEXT, mega=mega)})
     assert "mega" not in json.loads(enrich_line(line, ["body"], FP).render())["neardup"]
     assert "neardup.mega" in STORED_PATHS   # the job reads it, to clear it
+
+
+def test_the_proxys_enriched_update_clears_what_the_indexer_voids():
+    """A partial update through the proxy (which cannot read the stored object) clears every key
+    the indexer voids when a document's fingerprint changes, and nothing else."""
+    holding_all = stored(OTHER, cluster="c7", bands=["00ff"], mega=["0123456789abcdef"], duplicate_of="d1")
+    assert set(cleared_keys(holding_all, stored(TEXT))) == set(bulk_body.CLEARED_KEYS)
 
 
 def test_enrich_lines_drop_outdated_cluster_ids():

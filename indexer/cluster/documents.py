@@ -25,11 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from neardup.fingerprint import FIELD
+from neardup.fingerprint import BANDS_KEY, CLUSTER_KEY, FIELD
 from neardup.fingerprint.lsh import Banding, key_strings
 
-CLUSTER = "cluster"
-BANDS = "bands"
+CLUSTER, BANDS = CLUSTER_KEY, BANDS_KEY
 #: The sub-fields ``neardup cluster`` adds to the ``neardup`` mapping.
 CLUSTER_MAPPING = {CLUSTER: {"type": "keyword"}, BANDS: {"type": "keyword"}}
 SOURCE_FIELDS = [f"{FIELD}.v", f"{FIELD}.sig", f"{FIELD}.n", f"{FIELD}.{CLUSTER}", f"{FIELD}.{BANDS}"]

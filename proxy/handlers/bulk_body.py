@@ -23,17 +23,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from neardup.fingerprint import FIELD, RETIRED_KEYS
+from neardup.fingerprint import CLUSTER_KEYS, FIELD, RETIRED_KEYS
 from neardup.fingerprint.splice import value_spans as value_spans  # shared with the indexer
 
 #: The action names of a bulk body.
 ACTIONS = frozenset({"index", "create", "update", "delete"})
 #: The actions whose source line is the whole document.
 WRITES = frozenset({"index", "create"})
-#: Keys of ``neardup`` that ``neardup cluster`` derives from the fingerprint: a partial update
-#: that writes a new fingerprint clears them (stored as null, indexed as no value), and the
-#: retired fingerprint keys with them.
-CLUSTER_KEYS = ("cluster", "bands")
+#: What a partial update that writes a new fingerprint clears (stored as null, indexed as no
+#: value): the keys ``neardup cluster`` derived from the old one, and the retired fingerprint keys.
 CLEARED_KEYS = CLUSTER_KEYS + RETIRED_KEYS
 #: The per-item error type of a refused near-duplicate.
 DUPLICATE_ERROR = "neardup_duplicate_exception"

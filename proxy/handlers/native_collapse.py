@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from neardup.fingerprint import CLUSTER_KEY, FIELD
 from neardup.proxy.grouping.collapse import (
     GROUP_FIELD,
     INNER_HITS_NAME,
@@ -43,7 +44,7 @@ from neardup.proxy.grouping.collapse import (
 )
 from neardup.proxy.handlers.glob import glob_match
 
-CLUSTER_FIELD = "neardup.cluster"
+CLUSTER_FIELD = f"{FIELD}.{CLUSTER_KEY}"
 META_KEY = "neardup_clusters"
 GROUPS_AGG = "neardup_groups"
 #: Cardinality is exact below this many groups (Elasticsearch's maximum precision threshold).
