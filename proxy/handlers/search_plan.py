@@ -159,6 +159,8 @@ def fingerprint_fields_for(mode: str) -> tuple[str, ...]:
 
 
 def _matches_fingerprint(patterns: Sequence[str], names: Sequence[str] = FINGERPRINT_FIELDS) -> list[str]:
+    if not patterns:   # the usual search names no fields
+        return []
     return [name for name in names if any(glob_match(p, name) for p in patterns)]
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import ssl
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -102,7 +103,7 @@ class _Connection(asyncio.Protocol):
         self._rest: Rest | None = None
         self._paused = False                  # reading paused for a slow reader of the rest
         self.reusable = False
-        self.idle_since = 0.0                 # loop time it went back to the pool
+        self.idle_since = 0.0                 # time.monotonic() when it went back to the pool
         self._reset_message()
 
     # -- the parser's state for one answer -------------------------------------------------
@@ -537,7 +538,7 @@ class Node:
         """Pool ``connection`` if it can be reused, else close it; give its slot back."""
         self._slots.release()
         if connection.reusable:
-            now = connection.idle_since = asyncio.get_running_loop().time()
+            now = connection.idle_since = time.monotonic()
             self._idle.append(connection)
             # The stack's bottom is its oldest: after a burst, connections no longer needed
             # would otherwise stay open as long as traffic keeps the top ones busy.
@@ -553,7 +554,9 @@ class Node:
     def _idle_connection(self) -> _Connection | None:
         """The most recently used idle connection, unless idle for longer than ``keepalive``
         (then it and all older ones are closed: the pool is a stack)."""
-        now = asyncio.get_running_loop().time()
+        # time.monotonic(), not the loop's time: Python 3.11's get_running_loop() makes a
+        # getpid() system call, and this runs on every exchange.
+        now = time.monotonic()
         while self._idle:
             connection = self._idle.pop()
             if now - connection.idle_since > self._keepalive:
