@@ -99,8 +99,24 @@ def load_reuters(es: Elasticsearch, es_url: str) -> str:
     subprocess.run([sys.executable, "-m", "neardup", "index", "--index", name, "--workers", "2"],
                    check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
     es.indices.refresh(index=name)
-    es.indices.forcemerge(index=name, max_num_segments=1)
+    merge_away_deleted(es, name)
     return name
+
+
+def merge_away_deleted(es: Elasticsearch, name: str, wait: float = 120.0) -> None:
+    """Force-merge ``name`` into one segment without deleted documents. ``neardup index``
+    rewrites every document, and the engine keeps the soft-deleted copies through merges until
+    the shard's retention lease is synced (every 30 s): merged at once, the index would hold
+    twice the documents for every search to walk."""
+    deadline = time.monotonic() + wait
+    while True:
+        es.options(request_timeout=600).indices.forcemerge(index=name, max_num_segments=1)
+        deleted = int(es.cat.indices(index=name, h="docs.deleted", format="json")[0]["docs.deleted"])
+        if not deleted:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{name} still holds {deleted} deleted documents after {wait:.0f} s of merging")
+        time.sleep(5)
 
 
 def start_proxy(es_url: str, workers: int = 1, settings: dict[str, str] | None = None,
