@@ -125,8 +125,7 @@ def test_megashingles_are_computed_from_the_supershingles_not_stored(source: dic
     assert "megashingles" not in vars(f) and "megashingles" not in vars(written)   # not computed until used
     assert "mega" not in source and f.megashingles.shape == (15,) and not f.megashingles.flags.writeable
     assert f.megashingles.tolist() == megashingles(f.supershingles).tolist()
-    assert f == Fingerprinter(FORMAT_PARAMS).fingerprint(
-        "Crude oil prices rose sharply on Monday after the producers agreed")
+    assert f == written
 
 
 @pytest.mark.parametrize("mega", ["as written", "stale", None, "not a list"])

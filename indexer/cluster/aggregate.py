@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from neardup.fingerprint import FIELD
+from neardup.fingerprint import BANDS_KEY, FIELD
 from neardup.fingerprint.clustering import (
     NEAR_MARGIN,
     assign_ids,
@@ -47,7 +47,7 @@ from neardup.fingerprint.clustering import (
 )
 from neardup.fingerprint.lsh import needed_matches
 from neardup.fingerprint.similarity import group_labels
-from neardup.indexer.cluster.documents import BANDS, DocTable, Planned, band_strings
+from neardup.indexer.cluster.documents import DocTable, Planned, band_strings
 from neardup.indexer.cluster.job import Job
 from neardup.indexer.cluster.queries import keys_query
 from neardup.indexer.cluster.report import ReportInput
@@ -176,7 +176,7 @@ def _shared_keys(job: Job) -> Iterator[list[str]]:
     version = job.settings.version
     while True:
         composite: dict[str, Any] = {"size": COMPOSITE_PAGE,
-                                     "sources": [{"key": {"terms": {"field": f"{FIELD}.{BANDS}"}}}]}
+                                     "sources": [{"key": {"terms": {"field": f"{FIELD}.{BANDS_KEY}"}}}]}
         if after is not None:
             composite["after"] = after
         response = job.retrier.call("aggregating the band keys", lambda: job.client.search(

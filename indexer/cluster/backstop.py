@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from neardup.config import Config
-from neardup.fingerprint import FIELD
+from neardup.fingerprint import CLUSTER_KEY, FIELD
 from neardup.indexer.client import Client
-from neardup.indexer.cluster.documents import CLUSTER, SOURCE_FIELDS, Stored, stored_values
+from neardup.indexer.cluster.documents import SOURCE_FIELDS, Stored, stored_values
 from neardup.indexer.cluster.options import ClusterOptions
 from neardup.indexer.cluster.result import ClusterResult
 from neardup.indexer.cluster.seeds import withdraw_values
@@ -84,7 +84,7 @@ def changed_since(job: Run, cut: Cut) -> Iterator[Changed]:
     for index, shards in sorted(cut.items()):
         for shard, checkpoint in sorted(shards.items()):
             query = {"bool": {"filter": [{"range": {"_seq_no": {"gt": checkpoint}}},
-                                         {"exists": {"field": f"{FIELD}.{CLUSTER}"}}]}}
+                                         {"exists": {"field": f"{FIELD}.{CLUSTER_KEY}"}}]}}
             after: list[Any] | None = None
             while True:
                 response = job.retrier.call("searching documents changed during the run", lambda: job.client.search(

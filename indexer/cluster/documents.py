@@ -28,10 +28,9 @@ import numpy as np
 from neardup.fingerprint import BANDS_KEY, CLUSTER_KEY, FIELD
 from neardup.fingerprint.lsh import Banding, key_strings
 
-CLUSTER, BANDS = CLUSTER_KEY, BANDS_KEY
 #: The sub-fields ``neardup cluster`` adds to the ``neardup`` mapping.
-CLUSTER_MAPPING = {CLUSTER: {"type": "keyword"}, BANDS: {"type": "keyword"}}
-SOURCE_FIELDS = [f"{FIELD}.v", f"{FIELD}.sig", f"{FIELD}.n", f"{FIELD}.{CLUSTER}", f"{FIELD}.{BANDS}"]
+CLUSTER_MAPPING = {CLUSTER_KEY: {"type": "keyword"}, BANDS_KEY: {"type": "keyword"}}
+SOURCE_FIELDS = [f"{FIELD}.v", f"{FIELD}.sig", f"{FIELD}.n", f"{FIELD}.{CLUSTER_KEY}", f"{FIELD}.{BANDS_KEY}"]
 
 
 def doc_key(index: str, doc_id: str, with_index: bool) -> str:
@@ -68,8 +67,8 @@ def stored_values(source: Mapping[str, Any] | None) -> Stored:
     node = (source or {}).get(FIELD)
     if not isinstance(node, Mapping):
         return Stored()
-    cluster = node.get(CLUSTER)
-    bands = node.get(BANDS)
+    cluster = node.get(CLUSTER_KEY)
+    bands = node.get(BANDS_KEY)
     if isinstance(bands, str):
         bands = [bands]
     return Stored(node.get("v"), node.get("sig"), node.get("n"),
@@ -169,9 +168,9 @@ class Planned:
         """The ``neardup`` object of the partial update."""
         value: dict[str, Any] = {}
         if self.cluster is not None:
-            value[CLUSTER] = self.cluster
+            value[CLUSTER_KEY] = self.cluster
         if self.bands is not None:
-            value[BANDS] = list(self.bands)
+            value[BANDS_KEY] = list(self.bands)
         return value
 
 

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from neardup.fingerprint import FIELD
+from neardup.fingerprint import CLUSTER_KEY, FIELD
 from neardup.fingerprint.clustering import assign_ids, cluster_signatures
-from neardup.indexer.cluster.documents import CLUSTER, DocTable, Planned, band_strings, stored_values
+from neardup.indexer.cluster.documents import DocTable, Planned, band_strings, stored_values
 from neardup.indexer.cluster.job import Job
 from neardup.indexer.cluster.queries import clusters_query, keys_query, new_documents_query
 from neardup.indexer.cluster.report import ReportInput, pair_keys
@@ -33,7 +33,7 @@ def cluster_sizes(job: Job, ids: Sequence[str]) -> dict[str, int]:
         return {}
     response = job.retrier.call("counting cluster members", lambda: job.client.search(
         index=job.options.index, size=0, query=clusters_query(ids),
-        aggs={"ids": {"terms": {"field": f"{FIELD}.{CLUSTER}", "size": len(ids)}}}))
+        aggs={"ids": {"terms": {"field": f"{FIELD}.{CLUSTER_KEY}", "size": len(ids)}}}))
     return {b["key"]: int(b["doc_count"]) for b in response["aggregations"]["ids"]["buckets"]}
 
 

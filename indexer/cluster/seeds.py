@@ -22,10 +22,10 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from neardup.fingerprint import FIELD, FingerprintParams, scheme_version
+from neardup.fingerprint import BANDS_KEY, CLUSTER_KEY, CLUSTER_KEYS, FIELD, FingerprintParams, scheme_version
 from neardup.fingerprint.lsh import Banding, choose_banding, key_strings
 from neardup.indexer.client import Client
-from neardup.indexer.cluster.documents import BANDS, CLUSTER, CLUSTER_MAPPING, doc_key
+from neardup.indexer.cluster.documents import CLUSTER_MAPPING, doc_key
 from neardup.indexer.cluster.meta import META_KEY
 from neardup.indexer.docversion import DocVersion
 from neardup.indexer.errors import ClusterApiError, JobError, error_type_and_reason
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 #: ``filter_path`` of the ``_meta`` check: empty answer = no clusters recorded.
 META_FILTER = f"*.mappings._meta.{META_KEY}.state"
-WITHDRAWN = {CLUSTER: None, BANDS: None}
+WITHDRAWN: dict[str, None] = dict.fromkeys(CLUSTER_KEYS)
 _FILTER = ["items.*.status", "items.*.result", "items.*.error.type", "items.*.error.reason",
            "items.*._seq_no", "items.*._primary_term"]
 
@@ -111,7 +111,7 @@ class SeedPlan:
                 keys[k] = strings
         for k, row in enumerate(rows):
             index, doc_id, _ = docs[row]
-            out[row] = {CLUSTER: doc_key(index, doc_id, self.with_index), BANDS: keys[k]}
+            out[row] = {CLUSTER_KEY: doc_key(index, doc_id, self.with_index), BANDS_KEY: keys[k]}
         return out
 
 
@@ -313,7 +313,7 @@ class Seeder:
         if not conflicted:
             return []
         response = self.retrier.call("re-reading seeded documents", lambda: self.client.mget(
-            docs=[c.get_ref() for c in conflicted], source=[f"{FIELD}.{CLUSTER}", f"{FIELD}.{BANDS}"], realtime=True))
+            docs=[c.get_ref() for c in conflicted], source=[f"{FIELD}.{CLUSTER_KEY}", f"{FIELD}.{BANDS_KEY}"], realtime=True))
         out = []
         for item, doc in zip(conflicted, response["docs"]):
             if "error" in doc:
@@ -321,7 +321,7 @@ class Seeder:
                 self._fail(f"re-reading failed: {kind}: {reason}"[:200], item)
             elif doc.get("found"):
                 node = (doc.get("_source") or {}).get(FIELD) or {}
-                if node.get(CLUSTER) == item.seed[CLUSTER] and (node.get(BANDS) or []) == item.seed[BANDS]:
+                if node.get(CLUSTER_KEY) == item.seed[CLUSTER_KEY] and (node.get(BANDS_KEY) or []) == item.seed[BANDS_KEY]:
                     out.append(SeededWrite.of(doc, item.seed, item.attempts))
         return out
 
