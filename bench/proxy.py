@@ -742,6 +742,8 @@ def main() -> int:
     es = Elasticsearch(args.es, request_timeout=300)
     load_before = f"{os.getloadavg()[0]:.1f}"
     index = args.index or load_reuters(es, args.es)
+    if args.index:   # a given index measured as a loaded one: one segment, no deleted documents
+        merge_away_deleted(es, index)
     process, proxy_url, proxy_pids = start_proxy(args.es, args.workers)
     baseline = start_proxy(args.es, args.workers, tree=args.baseline.resolve()) if args.baseline else None
     references = {kind: start_reference(kind, args.es) for kind in REFERENCES}

@@ -23,8 +23,11 @@ _DROPPED_HEADERS = ("content-length", "content-encoding", "accept-encoding", "co
 
 def identity(request: web.Request) -> str:
     """A short digest of the client's credentials ("" without any): part of a cache key."""
+    headers = request.headers
+    if not any(name in headers for name in _IDENTITY_HEADERS):
+        return ""
     values = "\n".join(f"{name}={value}" for name in _IDENTITY_HEADERS
-                       for value in request.headers.getall(name, []))
+                       for value in headers.getall(name, []))
     return hashlib.sha256(values.encode()).hexdigest()[:16] if values else ""
 
 

@@ -51,6 +51,15 @@ class FactsCache(Generic[T]):
         self.seconds = seconds
         self._entries: dict[tuple[str, str], tuple[float, asyncio.Future[T]]] = {}
 
+    def settled(self, key: tuple[str, str]) -> tuple[bool, T | None]:
+        """(True, the facts) when ``key`` has fresh facts already checked, else (False, None):
+        the usual case answered without a coroutine (of :meth:`get`) per search."""
+        entry = self._entries.get(key)
+        if entry is None or not entry[1].done() or entry[1].cancelled() or entry[1].exception() is not None \
+                or time.monotonic() - entry[0] >= self.seconds:
+            return False, None
+        return True, entry[1].result()
+
     async def get(self, key: tuple[str, str], check: Callable[[], Awaitable[T]]) -> T:
         now = time.monotonic()
         entry = self._entries.get(key)

@@ -120,7 +120,7 @@ async def _collapse_one(state: ProxyState, incoming: Incoming, plan: Plan) -> we
         if status != 200:
             return await _refused(incoming, status, upstream_headers, raw)
     window = Window(plan)
-    budget = missing_fingerprints.budget(state)
+    budget: missing_fingerprints.Budget | None = None   # made once a window is not answered from its bytes
     offset, count = 0, plan.first_window()
     first_headers = None
     splice = _splices(state, plan)
@@ -153,6 +153,7 @@ async def _collapse_one(state: ProxyState, incoming: Incoming, plan: Plan) -> we
                 raise exchange.FailOpen(str(exc)) from None
             took = max(took, window.took - before)
         window.took = took_before + took   # halves run at the same time: the longer one's took
+        budget = budget or missing_fingerprints.budget(state)
         groups, fingerprinted = await missing_fingerprints.group(state, incoming, plan, window.hits, budget)
         following = window.next_round(len(groups))
         if following is None and not window.complete(len(groups)):   # a deep page: extend or 400
