@@ -116,3 +116,24 @@ def test_spares_reference_asks_for_the_proxys_first_window(bench, size):
     sent, asked = bench.with_spares(json.dumps(body).encode())
     assert asked == size
     assert json.loads(sent) == {**body, "size": plan.first_window()}
+
+
+def test_cpu_seconds_counts_another_process_finer_than_clock_ticks(bench):
+    """The bench reads the CPU of processes it does not run in: a child's CPU seconds, read from
+    outside, agree with the child's own count, to well under the 10 ms of a clock tick."""
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import sys, time\n"
+                              "end = time.process_time() + 0.155\n"
+                              "while time.process_time() < end: pass\n"
+                              "print(time.process_time(), flush=True)\n"
+                              "sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        own = float(child.stdout.readline())
+        seen = bench.cpu_seconds(child.pid)
+    finally:
+        child.communicate("")
+    assert own >= 0.155
+    assert abs(seen - own) < 0.0005, (seen, own)   # ticks would be up to 10 ms apart
