@@ -77,9 +77,9 @@ PINNED_SECTION = "## Proxy on a core of its own (`--pin`)"
 
 
 def cpu_seconds(pid: int) -> float:
-    """The CPU time of a process (all its threads, user and system), from the kernel's CPU clock
-    of the process, in nanoseconds: /proc/<pid>/stat's utime + stime (fields 14 and 15), the
-    fallback, count whole clock ticks (10 ms), and a chunk of 100 searches takes only a few."""
+    """The CPU time of a process (all its threads, user and system) from the kernel's CPU clock of
+    the process, in nanoseconds. The fallback, /proc/<pid>/stat's utime + stime (fields 14 and
+    15), counts whole clock ticks of 10 ms, and a chunk of 100 searches takes only a few."""
     try:
         return time.clock_gettime_ns(_process_cpu_clock(pid)) / 1e9
     except OSError:

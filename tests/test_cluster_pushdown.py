@@ -179,20 +179,21 @@ def test_cached_facts_are_shared_and_expire():
         cache = FactsCache(seconds=0.2)
         first = await asyncio.gather(*(cache.get(("a", ""), check) for _ in range(5)))
         assert len(calls) == 1 and all(f.allow(0.8, "resemblance", "3-abc") for f in first)
-        assert cache.settled(("a", "")) == (True, first[0])   # what searches read without awaiting
-        assert cache.settled(("a", "someone else")) == (False, None)
-        pending = asyncio.ensure_future(cache.get(("a", "someone else"), check))
-        await asyncio.sleep(0)
-        assert cache.settled(("a", "someone else")) == (False, None)   # being checked: await it
+        settled = cache.get(("a", ""), check)   # fresh facts: the settled future itself, no shield
+        assert settled.done() and settled.result() is first[0] and settled is cache.get(("a", ""), check)
+        pending = cache.get(("a", "someone else"), check)
+        assert not pending.done()   # being checked: awaited
         await pending
         assert len(calls) == 2
         await asyncio.sleep(0.25)
-        assert cache.settled(("a", "")) == (False, None)   # expired: checked again
-        await cache.get(("a", ""), check)
+        expired = cache.get(("a", ""), check)
+        assert not expired.done()   # expired: checked again
+        await expired
         assert len(calls) == 3
         cache.forget(("a", ""))
-        assert cache.settled(("a", "")) == (False, None)
-        await cache.get(("a", ""), check)
+        forgotten = cache.get(("a", ""), check)
+        assert not forgotten.done()   # forgotten: checked again
+        await forgotten
         assert len(calls) == 4
 
     asyncio.run(scenario())

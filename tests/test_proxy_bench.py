@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
+import subprocess
 import sys
 from pathlib import Path
 
@@ -121,8 +122,6 @@ def test_spares_reference_asks_for_the_proxys_first_window(bench, size):
 def test_cpu_seconds_counts_another_process_finer_than_clock_ticks(bench):
     """The bench reads the CPU of processes it does not run in: a child's CPU seconds, read from
     outside, agree with the child's own count, to well under the 10 ms of a clock tick."""
-    import subprocess
-
     child = subprocess.Popen([sys.executable, "-c",
                               "import sys, time\n"
                               "end = time.process_time() + 0.155\n"

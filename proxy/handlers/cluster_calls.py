@@ -28,7 +28,7 @@ def identity(request: web.Request) -> str:
         return ""
     values = "\n".join(f"{name}={value}" for name in _IDENTITY_HEADERS
                        for value in headers.getall(name, []))
-    return hashlib.sha256(values.encode()).hexdigest()[:16] if values else ""
+    return hashlib.sha256(values.encode()).hexdigest()[:16]
 
 
 def check_headers(request: web.Request) -> list[tuple[str, str]]:

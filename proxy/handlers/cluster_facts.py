@@ -51,16 +51,10 @@ class FactsCache(Generic[T]):
         self.seconds = seconds
         self._entries: dict[tuple[str, str], tuple[float, asyncio.Future[T]]] = {}
 
-    def settled(self, key: tuple[str, str]) -> tuple[bool, T | None]:
-        """(True, the facts) when ``key`` has fresh facts already checked, else (False, None):
-        the usual case answered without a coroutine (of :meth:`get`) per search."""
-        entry = self._entries.get(key)
-        if entry is None or not entry[1].done() or entry[1].cancelled() or entry[1].exception() is not None \
-                or time.monotonic() - entry[0] >= self.seconds:
-            return False, None
-        return True, entry[1].result()
-
-    async def get(self, key: tuple[str, str], check: Callable[[], Awaitable[T]]) -> T:
+    def get(self, key: tuple[str, str], check: Callable[[], Awaitable[T]]) -> asyncio.Future[T]:
+        """The facts of ``key`` to await: a check started now, or the one under way, shielded from
+        a cancelled asker; fresh facts already checked are their own settled future, which a
+        search awaits without a coroutine or a shield of its own."""
         now = time.monotonic()
         entry = self._entries.get(key)
         if entry is None or now - entry[0] >= self.seconds:
@@ -69,7 +63,7 @@ class FactsCache(Generic[T]):
                     del self._entries[old]
             entry = (now, asyncio.ensure_future(check()))
             self._entries[key] = entry
-        return await asyncio.shield(entry[1])
+        return asyncio.shield(entry[1])   # a settled future is returned as it is
 
     def forget(self, key: tuple[str, str]) -> None:
         self._entries.pop(key, None)

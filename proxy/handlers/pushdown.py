@@ -69,9 +69,7 @@ async def allowed(state: ProxyState, request: web.Request, index: str, plan: Pla
     if native_collapse.refusal(plan.body, params, index) is not None:
         return False
     key = (index, identity(request))
-    known, facts = state.pushdown_facts.settled(key)
-    if not known:
-        facts = await state.pushdown_facts.get(key, lambda: _check(state, request, index))
+    facts = await state.pushdown_facts.get(key, lambda: _check(state, request, index))
     if facts is None or not facts.complete:   # the usual answer: no clusters; decided at once
         return False
     settings = plan.settings
