@@ -119,6 +119,31 @@ def test_spares_reference_asks_for_the_proxys_first_window(bench, size):
     assert json.loads(sent) == {**body, "size": plan.first_window()}
 
 
+def test_bounds_come_from_the_run_and_the_proxys_own_gzip_level(bench):
+    """The gzip bound adds the warm-loop CPU of the proxy's compressor at its own level (not
+    another level's, nor zlib's) to the collapsed CPU of the same size; the throughput bound is
+    the spares reference's share of direct, given at 32 clients only; the report shows both."""
+    from neardup.proxy.transport.framing import GZIP_LEVEL
+
+    def row(clients: int, size: int, collapsed_ms: float, spares_rps: float) -> dict:
+        target = {"cpu_ms": 1.0, "rps": 100.0, "p50": 1.0, "p99": 2.0, "es_cpu_ms": 1.0, "errors": 0}
+        row = {name: dict(target) for name in (t.name for t in bench.TARGETS)}
+        row["collapsed"]["cpu_ms"], row["spares"]["rps"] = collapsed_ms, spares_rps
+        return {"clients": clients, "size": size, **row}
+
+    rows = [row(1, 10, 0.8, 90.0), row(32, 100, 1.2, 88.0)]
+    levels = [{"size": size, "compressor": name, "level": level, "kib": 1.0, "share": 0.5,
+               "cpu_ms": 9.0 if (name, level) != ("ISA-L", GZIP_LEVEL) else {10: 0.08, 100: 0.6}[size]}
+              for size in (10, 100) for name in ("zlib", "ISA-L") for level in (0, 1, 2, 3)]
+    (gzip_what, gzip_values, _), (share_what, share_values, unit) = bench.bounds(rows, levels)
+    assert gzip_values == [pytest.approx(1.1), pytest.approx(1.5)]
+    assert share_values == [None, pytest.approx(0.88)] and unit == "%"
+    text = bench.report(rows, {"windows": 1, "core_ms_mean": 0, "core_ms_max": 0, "cpu_ms_mean": 0,
+                               "cpu_ms_max": 0, "pairs_found": 1, "pairs_all_pairs": 1, "recall": 1.0},
+                        "cmd", 1, "0.0", gzip_levels=levels)
+    assert f"| {gzip_what} | 1.10× | 1.50× |" in text and f"| {share_what} |  | 88% |" in text
+
+
 def test_cpu_seconds_counts_another_process_finer_than_clock_ticks(bench):
     """The bench reads the CPU of processes it does not run in: a child's CPU seconds, read from
     outside, agree with the child's own count, to well under the 10 ms of a clock tick."""
