@@ -141,7 +141,7 @@ def test_bounds_come_from_the_run_and_the_proxys_own_gzip_level(bench):
     text = bench.report(rows, {"windows": 1, "core_ms_mean": 0, "core_ms_max": 0, "cpu_ms_mean": 0,
                                "cpu_ms_max": 0, "pairs_found": 1, "pairs_all_pairs": 1, "recall": 1.0},
                         "cmd", 1, "0.0", gzip_levels=levels)
-    assert f"| {gzip_what} | 1.10× | 1.50× |" in text and f"| {share_what} |  | 88% |" in text
+    assert f"| {gzip_what} | 1.10× | 1.50× |" in text and f"| {share_what} |  | 88.0% |" in text
 
 
 def test_cpu_seconds_counts_another_process_finer_than_clock_ticks(bench):
