@@ -611,6 +611,11 @@ def gzip_benchmark(es: Elasticsearch, index: str, texts: list[str]) -> list[dict
     return out
 
 
+def share_at_32_clients(rows: list[dict[str, Any]], name: str) -> list[float | None]:
+    """Target ``name``'s req/s over direct's per setting of ``rows``; None with 1 client."""
+    return [r[name]["rps"] / r["direct"]["rps"] if r["clients"] == 32 else None for r in rows]
+
+
 def targets(rows: list[dict[str, Any]], pin: bool) -> list[tuple[str, list[float | None], str, bool | None]]:
     """The targets, each a ratio or difference within the run: (what, the value per setting of
     ``rows`` (None where it does not apply), its unit, met)."""
@@ -643,7 +648,7 @@ def targets(rows: list[dict[str, Any]], pin: bool) -> list[tuple[str, list[float
         add("1 client, size 100: collapsed +p50 ≤ 2.5 ms", per_row(
             lambda r: r["collapsed"]["p50"] - r["direct"]["p50"] if (r["clients"], r["size"]) == (1, 100) else None),
             "ms", lambda v: v <= 2.5)
-    collapsed_share = per_row(lambda r: r["collapsed"]["rps"] / r["direct"]["rps"] if r["clients"] == 32 else None)
+    collapsed_share = share_at_32_clients(rows, "collapsed")
     if pin:
         add("32 clients: collapsed ≥ 90% of direct req/s", collapsed_share, "%", lambda v: v >= 0.9)
     else:   # sharing the cores with Elasticsearch: shown, the target is the pinned run's
@@ -670,7 +675,7 @@ def bounds(rows: list[dict[str, Any]], gzip_levels: list[dict[str, Any]]) -> lis
                     [1 + deflate[r["size"]] / r["collapsed"]["cpu_ms"] if r["size"] in deflate else None
                      for r in rows], "×"))
     out.append(("spares' share of direct req/s (the proxy's first window fetched, nothing else done)",
-                [r["spares"]["rps"] / r["direct"]["rps"] if r["clients"] == 32 else None for r in rows], "%"))
+                share_at_32_clients(rows, "spares"), "%"))
     return out
 
 
@@ -720,15 +725,16 @@ def report(rows: list[dict[str, Any]], grouping: dict[str, float], command: str,
                          f"| {r['rps'] / d['rps']:.0%} | {r['p50']:.2f} | "
                          + ("" if target.name == "direct" else f"{r['p50'] - d['p50']:+.2f}")
                          + f" | {r['p99']:.2f} | {cpu} | {times} | {r['es_cpu_ms']:.2f} | {r['errors']} |")
+    settings = " | ".join(f"{r['clients']} × {r['size']}" for r in rows)
     lines += ["", "× floor CPU: the target's CPU per request over the floor's (with gzip, over the floor "
               "passing Elasticsearch's gzip bytes).", "",
-              "| target | " + " | ".join(f"{r['clients']} × {r['size']}" for r in rows) + " | met |",
+              "| target | " + settings + " | met |",
               "|---" * (len(rows) + 2) + "|"]
     for what, values, unit, met in targets(rows, pin):
         lines.append(f"| {what} | " + " | ".join(_cells(values, unit))
                      + f" | {'' if met is None else 'yes' if met else 'no'} |")
     lines += ["", "At best, from the same run (`bounds` in `bench/proxy.py`):", "",
-              "| at best | " + " | ".join(f"{r['clients']} × {r['size']}" for r in rows) + " |",
+              "| at best | " + settings + " |",
               "|---" * (len(rows) + 1) + "|"]
     lines += [f"| {what} | " + " | ".join(_cells(values, unit)) + " |"
               for what, values, unit in bounds(rows, gzip_levels or [])]
